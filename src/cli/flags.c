@@ -1,0 +1,109 @@
+#include "cli/flags.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static loom_status parse_value(const loom_cli *cli, const loom_flag *f, const char *text) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "run 'loom %s --help' for the flags", cli->command);
+    char *end = NULL;
+    errno = 0;
+    switch (f->type) {
+    case FLAG_INT:
+    case FLAG_I64: {
+        long long v = strtoll(text, &end, 10);
+        if (end == text || *end != '\0' || errno == ERANGE ||
+            (f->type == FLAG_INT && (v < INT_MIN || v > INT_MAX)))
+            return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is not an integer", f->name, text);
+        if (f->type == FLAG_INT)
+            *(int *)f->dst = (int)v;
+        else
+            *(int64_t *)f->dst = (int64_t)v;
+        return LOOM_OK;
+    }
+    case FLAG_FLOAT: {
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
+            return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is not a finite number", f->name,
+                             text);
+        *(float *)f->dst = (float)v;
+        return LOOM_OK;
+    }
+    case FLAG_STR: *(const char **)f->dst = text; return LOOM_OK;
+    case FLAG_BOOL: *(bool *)f->dst = true; return LOOM_OK;
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_flags_parse(const loom_cli *cli, int argc, char **argv, bool *help, char ***pos,
+                             int *npos) {
+    char hint[160];
+    snprintf(hint, sizeof hint, "run 'loom %s --help' for the flags", cli->command);
+    *help = false;
+    struct option *opts = calloc((size_t)cli->nflags + 2, sizeof *opts);
+    for (int i = 0; i < cli->nflags; i++) {
+        opts[i].name = cli->flags[i].name;
+        opts[i].has_arg = cli->flags[i].type == FLAG_BOOL ? no_argument : required_argument;
+        opts[i].val = 256 + i;
+    }
+    opts[cli->nflags] = (struct option){"help", no_argument, NULL, 'h'};
+    opterr = 0;
+    optind = 1;
+    loom_status st = LOOM_OK;
+    for (;;) {
+        int li = -1;
+        int c = getopt_long(argc, argv, ":h", opts, &li);
+        if (c == -1) break;
+        if (c == 'h') {
+            loom_flags_usage(cli, stdout);
+            *help = true;
+            break;
+        }
+        if (c == '?') {
+            st = loom_fail(LOOM_EINVAL, hint, "unknown flag '%s' for 'loom %s'", argv[optind - 1],
+                           cli->command);
+            break;
+        }
+        if (c == ':') {
+            st = loom_fail(LOOM_EINVAL, hint, "flag '%s' needs a value", argv[optind - 1]);
+            break;
+        }
+        if ((st = parse_value(cli, &cli->flags[c - 256], optarg)) != LOOM_OK) break;
+    }
+    free(opts);
+    if (st != LOOM_OK || *help) return st;
+    *pos = argv + optind;
+    *npos = argc - optind;
+    if (*npos > cli->max_positional)
+        return loom_fail(LOOM_EINVAL, hint, "unexpected argument '%s' for 'loom %s'",
+                         argv[optind + cli->max_positional], cli->command);
+    return LOOM_OK;
+}
+
+void loom_flags_usage(const loom_cli *cli, FILE *f) {
+    fprintf(f, "%s\n\nusage: %s\n\nflags:\n", cli->summary, cli->usage);
+    for (int i = 0; i < cli->nflags; i++) {
+        const loom_flag *fl = &cli->flags[i];
+        char def[64] = "";
+        switch (fl->type) {
+        case FLAG_INT: snprintf(def, sizeof def, "%d", *(int *)fl->dst); break;
+        case FLAG_I64: snprintf(def, sizeof def, "%lld", (long long)*(int64_t *)fl->dst); break;
+        case FLAG_FLOAT: snprintf(def, sizeof def, "%g", (double)*(float *)fl->dst); break;
+        case FLAG_STR:
+            snprintf(def, sizeof def, "%s", *(const char **)fl->dst ? *(const char **)fl->dst : "");
+            break;
+        case FLAG_BOOL: break;
+        }
+        char left[48];
+        snprintf(left, sizeof left, "--%s%s", fl->name, fl->type == FLAG_BOOL ? "" : " X");
+        if (def[0])
+            fprintf(f, "  %-22s %s (default %s)\n", left, fl->help, def);
+        else
+            fprintf(f, "  %-22s %s\n", left, fl->help);
+    }
+}

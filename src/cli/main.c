@@ -1,0 +1,33 @@
+// loom: one program, subcommands for each job. `loom --help` lists them.
+#include "cli/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command COMMANDS[] = {
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "loom: distributed LLM training in C\n\nusage: loom <command> [flags]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(f, "\n'loom <command> --help' lists a command's flags.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "loom: error: unknown command '%s' (hint: run 'loom --help' for the commands)\n",
+            argv[1]);
+    return 1;
+}

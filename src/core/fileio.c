@@ -1,0 +1,90 @@
+#include "core/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+loom_status loom_atomic_open(loom_atomic_file *af, const char *path) {
+    snprintf(af->path, sizeof af->path, "%s", path);
+    snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%d", path, (int)getpid());
+    af->f = fopen(af->tmp, "wb");
+    if (!af->f)
+        return loom_fail(LOOM_EIO, "check that the folder exists and is writable",
+                         "cannot create %s: %s", af->tmp, strerror(errno));
+    return LOOM_OK;
+}
+
+loom_status loom_atomic_write(loom_atomic_file *af, const void *data, size_t bytes) {
+    if (bytes && fwrite(data, 1, bytes, af->f) != bytes)
+        return loom_fail(LOOM_EIO, "is the disk full?", "writing %s failed: %s", af->tmp,
+                         strerror(errno));
+    return LOOM_OK;
+}
+
+void loom_atomic_abort(loom_atomic_file *af) {
+    if (af->f) fclose(af->f);
+    af->f = NULL;
+    unlink(af->tmp);
+}
+
+loom_status loom_atomic_commit(loom_atomic_file *af) {
+    int err = 0;
+    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) err = errno;
+    if (fclose(af->f) != 0 && !err) err = errno;
+    af->f = NULL;
+    if (!err && rename(af->tmp, af->path) != 0) err = errno;
+    if (err) {
+        unlink(af->tmp);
+        return loom_fail(LOOM_EIO, "is the disk full?", "saving %s failed: %s", af->path,
+                         strerror(err));
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", af->path);
+    int fd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return LOOM_OK;
+}
+
+loom_status loom_read_file(const char *path, char **data, size_t *size) {
+    *data = NULL;
+    *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return loom_fail(LOOM_EIO, "check the path", "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return loom_fail(LOOM_EIO, "give a regular file", "%s is not a regular file", path);
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        fclose(f);
+        return loom_fail(LOOM_ENOMEM, NULL, "cannot allocate %lld bytes for %s",
+                         (long long)st.st_size, path);
+    }
+    size_t got = fread(buf, 1, (size_t)st.st_size, f);
+    fclose(f);
+    if (got != (size_t)st.st_size) {
+        free(buf);
+        return loom_fail(LOOM_EIO, NULL, "short read on %s", path);
+    }
+    buf[got] = '\0';
+    *data = buf;
+    *size = got;
+    return LOOM_OK;
+}
+
+bool loom_path_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+bool loom_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}

@@ -1,0 +1,30 @@
+// Atomic file writes (DESIGN principle 5): data goes to "<path>.tmp.<pid>", is flushed and
+// fsynced, then renamed over `path` and the folder fsynced. A crash at any point leaves either
+// the old file or the new one, never a mix; the temporary is removed on failure.
+#pragma once
+#include "core/status.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct {
+    FILE *f;
+    char path[4096];
+    char tmp[4200];
+} loom_atomic_file;
+
+// Opens the temporary. Errors: LOOM_EIO (folder missing or not writable), naming the path.
+loom_status loom_atomic_open(loom_atomic_file *af, const char *path);
+// Writes bytes; errors: LOOM_EIO (disk full, ...). On error the caller calls loom_atomic_abort.
+loom_status loom_atomic_write(loom_atomic_file *af, const void *data, size_t bytes);
+// Flush, fsync, close, rename to the final path, fsync the folder. On failure the temporary
+// is removed and the previous file (if any) stays. Errors: LOOM_EIO.
+loom_status loom_atomic_commit(loom_atomic_file *af);
+// Closes and removes the temporary (after a failed write).
+void loom_atomic_abort(loom_atomic_file *af);
+
+// Reads a whole file into a malloc'ed buffer (NUL-terminated for text use; *size excludes the
+// NUL). Errors: LOOM_EIO naming the path.
+loom_status loom_read_file(const char *path, char **data, size_t *size);
+bool loom_path_exists(const char *path);
+bool loom_is_dir(const char *path);

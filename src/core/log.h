@@ -1,0 +1,11 @@
+// Rank-aware logging: loom_info prints on rank 0 only (stdout), loom_warn on every rank
+// (stderr, prefixed with the rank when the world size is above 1). Single-process runs are rank 0.
+#pragma once
+
+void loom_log_set_rank(int rank, int world_size);
+int loom_log_rank(void);
+void loom_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void loom_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// Prints the error recorded by loom_fail as one line on stderr (every rank):
+//   loom: error: <message> (hint: <hint>)
+void loom_print_error(void);

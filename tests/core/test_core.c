@@ -1,0 +1,99 @@
+// Core: Philox4x32-10 against the Random123 known-answer vectors, the statistics of the
+// normal generator, atomic writes, tensor views.
+#include "harness.h"
+
+#include "core/fileio.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static void test_philox_kat(void) {
+    // Random123 kat_vectors: philox4x32_10
+    struct { uint32_t ctr[4], key[2], out[4]; } kat[3] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (int i = 0; i < 3; i++) {
+        uint32_t out[4];
+        loom_philox4x32(kat[i].key, kat[i].ctr, out);
+        for (int j = 0; j < 4; j++)
+            T_ASSERT(out[j] == kat[i].out[j], "kat %d word %d: %08x != %08x", i, j, out[j],
+                     kat[i].out[j]);
+    }
+}
+
+static void test_normal_stats(void) {
+    uint64_t seed = t_next();
+    const int n = 200000;
+    double s = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+        double z = loom_rng_normal(seed, 7, (uint64_t)i);
+        s += z;
+        s2 += z * z;
+    }
+    double mean = s / n, var = s2 / n - mean * mean;
+    T_ASSERT(fabs(mean) < 0.015, "mean %g", mean);
+    T_ASSERT(fabs(var - 1.0) < 0.02, "variance %g", var);
+    // order independence: element 12345 does not depend on what was drawn before
+    T_ASSERT(loom_rng_normal(seed, 7, 12345) == loom_rng_normal(seed, 7, 12345), "repeat");
+    T_ASSERT(loom_rng_normal(seed, 7, 12345) != loom_rng_normal(seed, 8, 12345), "streams differ");
+    uint64_t counts[10] = {0};
+    for (int i = 0; i < 100000; i++) counts[loom_rng_below(seed, 9, (uint64_t)i, 10)]++;
+    for (int k = 0; k < 10; k++)
+        T_ASSERT(counts[k] > 9500 && counts[k] < 10500, "bucket %d count %llu", k,
+                 (unsigned long long)counts[k]);
+}
+
+static void test_atomic_write(void) {
+    char dir[] = "/tmp/loom_core_XXXXXX";
+    T_ASSERT(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[256];
+    snprintf(path, sizeof path, "%s/file.bin", dir);
+    loom_atomic_file af;
+    T_ASSERT(loom_atomic_open(&af, path) == LOOM_OK, "open");
+    T_ASSERT(loom_atomic_write(&af, "old", 3) == LOOM_OK, "write");
+    T_ASSERT(loom_atomic_commit(&af) == LOOM_OK, "commit");
+    // an aborted second write leaves the first file intact and no temporary behind
+    T_ASSERT(loom_atomic_open(&af, path) == LOOM_OK, "open 2");
+    T_ASSERT(loom_atomic_write(&af, "new-data", 8) == LOOM_OK, "write 2");
+    loom_atomic_abort(&af);
+    char *data;
+    size_t n;
+    T_ASSERT(loom_read_file(path, &data, &n) == LOOM_OK && n == 3 && memcmp(data, "old", 3) == 0,
+             "old contents kept");
+    free(data);
+    T_ASSERT(!loom_path_exists(af.tmp), "temporary removed");
+    // a folder that does not exist is an error naming the path
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/nope/file.bin", dir);
+    T_ASSERT(loom_atomic_open(&af, bad) == LOOM_EIO, "missing folder");
+    T_ASSERT(strstr(loom_error_message(), "nope") != NULL, "message names path: %s",
+             loom_error_message());
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_views(void) {
+    float buf[2 * 3 * 4];
+    loom_tensor t = LOOM_VIEW(buf, LOOM_F32, 2, 3, 4);
+    T_ASSERT(t.ndim == 3 && loom_numel(&t) == 24 && loom_rows(&t) == 6 && loom_cols(&t) == 4,
+             "shape");
+    loom_tensor s = loom_index(&t, 1);
+    T_ASSERT(s.ndim == 2 && s.data == buf + 12, "index");
+    loom_tensor r = loom_row_slice(&t, 2, 5);
+    T_ASSERT(r.shape[0] == 3 && r.shape[1] == 4 && r.data == buf + 8, "row slice");
+}
+
+int main(void) {
+    t_seed();
+    test_philox_kat();
+    test_normal_stats();
+    test_atomic_write();
+    test_views();
+    return t_done("core");
+}
