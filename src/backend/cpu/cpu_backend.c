@@ -1,0 +1,63 @@
+// The CPU backend: fp32 only, the reference that GPU kernels and parallel layouts are tested
+// against (DESIGN.md principle 4). Memory is ordinary host memory; the ops live one concept
+// per file beside this one (cpu_ops.h lists them).
+#include "backend/cpu/cpu_ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *cpu_alloc(loom_backend *be, size_t bytes) {
+    size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64; // aligned_alloc wants a multiple
+    void *p = aligned_alloc(64, n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(loom_backend *be, void *p) { free(p); }
+
+static void cpu_copy(loom_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(loom_backend *be, void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_synchronize(loom_backend *be) {}
+
+static void cpu_destroy(loom_backend *be) { free(be); }
+
+loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
+    *out = NULL;
+    if (dtype != LOOM_F32)
+        return loom_fail(LOOM_EUNSUPPORTED, "use fp32 on the cpu, or a cuda device for bf16",
+                         "the cpu backend computes in fp32 only, not %s", loom_dtype_name(dtype));
+    loom_backend *be = loom_xmalloc(sizeof *be);
+    *be = (loom_backend){
+        .name = "cpu",
+        .dtype = LOOM_F32,
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .upload = cpu_copy,
+        .download = cpu_copy,
+        .zero = cpu_zero,
+        .synchronize = cpu_synchronize,
+        .encoder_forward = cpu_encoder_forward,
+        .encoder_backward = cpu_encoder_backward,
+        .layernorm_forward = cpu_layernorm_forward,
+        .layernorm_backward = cpu_layernorm_backward,
+        .matmul_forward = cpu_matmul_forward,
+        .matmul_backward = cpu_matmul_backward,
+        .attention_forward = cpu_attention_forward,
+        .attention_backward = cpu_attention_backward,
+        .gelu_forward = cpu_gelu_forward,
+        .gelu_backward = cpu_gelu_backward,
+        .residual_forward = cpu_residual_forward,
+        .softmax_crossentropy = cpu_softmax_crossentropy,
+        .adamw_update = cpu_adamw_update,
+        .sumsq = cpu_sumsq,
+        .destroy = cpu_destroy,
+    };
+    *out = be;
+    return LOOM_OK;
+}

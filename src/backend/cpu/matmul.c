@@ -1,0 +1,67 @@
+// Linear layer out = inp w^T + bias (w (OC,C) as torch.nn.Linear), all products through
+// cblas_sgemm (row-major), as llm.c's matmul_forward/backward. The bias is broadcast into out
+// first and the product added with beta = 1, so out is streamed once. The bias gradient sums
+// the rows of dout through per-chunk partials (cpu_ops.h): independent of the thread count.
+#include "backend/cpu/cpu_ops.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cpu_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                        loom_tensor bias) {
+    float *o = cpu_f32(out); // (N,OC)
+    const float *x = cpu_f32(inp), *wp = cpu_f32(w); // (N,C), (OC,C)
+    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
+    LOOM_CHECK(N > 0 && C > 0 && OC > 0);
+    LOOM_CHECK(loom_cols(&w) == C && loom_rows(&out) == N && loom_cols(&out) == OC);
+    float beta = 0.0f;
+    if (bias.data) {
+        const float *bp = cpu_f32(bias); // (OC)
+        LOOM_CHECK(loom_numel(&bias) == OC);
+#pragma omp parallel for schedule(static)
+        for (int64_t n = 0; n < N; n++) memcpy(o + n * OC, bp, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)OC, (int)C, 1.0f, x, (int)C,
+                wp, (int)C, beta, o, (int)OC);
+}
+
+// dbias (OC) += column sums of dout (N,OC)
+static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC) {
+    int64_t nchunk = cpu_row_chunks(N);
+    float *part = loom_xcalloc((size_t)(nchunk > 0 ? nchunk : 1) * (size_t)OC, sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < nchunk; k++) {
+        float *p = part + k * OC;
+        for (int64_t n = k * CPU_ROW_CHUNK; n < cpu_min64(N, (k + 1) * CPU_ROW_CHUNK); n++) {
+            const float *d = dout + n * OC;
+#pragma omp simd
+            for (int64_t o = 0; o < OC; o++) p[o] += d[o];
+        }
+    }
+    cpu_add_partials(dbias, part, nchunk, OC, OC);
+    free(part);
+}
+
+void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
+                         loom_tensor dout, loom_tensor inp, loom_tensor w) {
+    const float *d = cpu_f32(dout), *x = cpu_f32(inp), *wp = cpu_f32(w); // (N,OC), (N,C), (OC,C)
+    float *dwp = cpu_f32(dw); // (OC,C) +=
+    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
+    LOOM_CHECK(N > 0 && C > 0 && OC > 0);
+    LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC &&
+               loom_rows(&dw) == OC && loom_cols(&dw) == C);
+    if (dinp.data) {
+        float *dx = cpu_f32(dinp); // (N,C) =
+        LOOM_CHECK(loom_rows(&dinp) == N && loom_cols(&dinp) == C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)OC, 1.0f, d,
+                    (int)OC, wp, (int)C, 0.0f, dx, (int)C);
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, d, (int)OC,
+                x, (int)C, 1.0f, dwp, (int)C);
+    if (dbias.data) {
+        LOOM_CHECK(loom_numel(&dbias) == OC);
+        bias_backward(cpu_f32(dbias), d, N, OC);
+    }
+}
