@@ -11,6 +11,13 @@ typedef struct {
 } command;
 
 static const command COMMANDS[] = {
+    {"tokenize", loom_cmd_tokenize, "text or JSON Lines files -> GPT-2 token shards"},
+    {"encode", loom_cmd_encode, "print the GPT-2 token ids of a text"},
+    {"decode", loom_cmd_decode, "print the text of GPT-2 token ids"},
+    {"train", loom_cmd_train, "train a GPT-2 model on token shards"},
+    {"eval", loom_cmd_eval, "validation loss of a model file"},
+    {"sample", loom_cmd_sample, "generate text from a model file"},
+    {"bench", loom_cmd_bench, "time training steps of a named config"},
 };
 
 static void usage(FILE *f) {

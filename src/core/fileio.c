@@ -1,5 +1,7 @@
 #include "core/fileio.h"
 
+#include "core/fault.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -18,6 +20,7 @@ loom_status loom_atomic_open(loom_atomic_file *af, const char *path) {
 }
 
 loom_status loom_atomic_write(loom_atomic_file *af, const void *data, size_t bytes) {
+    loom_fault_point("save-write");
     if (bytes && fwrite(data, 1, bytes, af->f) != bytes)
         return loom_fail(LOOM_EIO, "is the disk full?", "writing %s failed: %s", af->tmp,
                          strerror(errno));
@@ -49,6 +52,19 @@ loom_status loom_atomic_commit(loom_atomic_file *af) {
         close(fd);
     }
     return LOOM_OK;
+}
+
+loom_status loom_atomic_save(const char *path, const void *const *parts, const size_t *bytes, int n) {
+    loom_atomic_file af;
+    LOOM_TRY(loom_atomic_open(&af, path));
+    for (int i = 0; i < n; i++) {
+        loom_status s = loom_atomic_write(&af, parts[i], bytes[i]);
+        if (s != LOOM_OK) {
+            loom_atomic_abort(&af);
+            return s;
+        }
+    }
+    return loom_atomic_commit(&af);
 }
 
 loom_status loom_read_file(const char *path, char **data, size_t *size) {

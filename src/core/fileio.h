@@ -22,6 +22,9 @@ loom_status loom_atomic_write(loom_atomic_file *af, const void *data, size_t byt
 loom_status loom_atomic_commit(loom_atomic_file *af);
 // Closes and removes the temporary (after a failed write).
 void loom_atomic_abort(loom_atomic_file *af);
+// The whole sequence for a file made of n parts (e.g. a header and a payload): open, write
+// each part (one loom_atomic_write per part), commit; abort on any failure. Errors: LOOM_EIO.
+loom_status loom_atomic_save(const char *path, const void *const *parts, const size_t *bytes, int n);
 
 // Reads a whole file into a malloc'ed buffer (NUL-terminated for text use; *size excludes the
 // NUL). Errors: LOOM_EIO naming the path.

@@ -1,0 +1,88 @@
+#include "ckpt/llmc_model.h"
+
+#include "core/fileio.h"
+#include "model/gpt2_params.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static float bf16_to_f32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static loom_status read_params(FILE *f, const char *path, int version, float *params, int64_t n) {
+    size_t got;
+    if (version == LOOM_LLMC_FP32) {
+        got = fread(params, sizeof(float), (size_t)n, f);
+    } else {
+        uint16_t *raw = loom_xmalloc((size_t)n * sizeof(uint16_t));
+        got = fread(raw, sizeof(uint16_t), (size_t)n, f);
+        for (int64_t i = 0; i < (int64_t)got; i++) params[i] = bf16_to_f32(raw[i]);
+        free(raw);
+    }
+    if (got != (size_t)n) return loom_fail(LOOM_EIO, NULL, "model file %s: short read", path);
+    return LOOM_OK;
+}
+
+loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **params, int64_t *n) {
+    *params = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return loom_fail(LOOM_EIO, "check the --model/--init path", "cannot open model file %s: %s",
+                         path, strerror(errno));
+    struct stat st;
+    int32_t h[256];
+    const char *hint = "is it an llm.c GPT-2 model file (train_gpt2.py's write_model)?";
+    loom_status s = LOOM_OK;
+    if (fstat(fileno(f), &st) != 0 || fread(h, sizeof(int32_t), 256, f) != 256) {
+        s = loom_fail(LOOM_EFORMAT, hint, "model file %s: shorter than its 1024-byte header", path);
+    } else if (h[0] != LOOM_LLMC_MODEL_MAGIC) {
+        s = loom_fail(LOOM_EFORMAT, hint, "model file %s: bad magic %d (expected %d)", path, h[0],
+                      LOOM_LLMC_MODEL_MAGIC);
+    } else if (h[1] != LOOM_LLMC_FP32 && h[1] != LOOM_LLMC_BF16) {
+        s = loom_fail(LOOM_EFORMAT, "versions 3 (fp32) and 5 (bf16) are supported",
+                      "model file %s: unsupported version %d", path, h[1]);
+    } else {
+        *cfg = (loom_gpt2_config){.max_seq_len = h[2], .vocab_size = h[3], .num_layers = h[4],
+                                  .num_heads = h[5], .channels = h[6], .padded_vocab_size = h[7]};
+        if (loom_gpt2_config_validate(cfg) != LOOM_OK) {
+            s = loom_fail(LOOM_EFORMAT, hint, "model file %s: invalid header: %s", path,
+                          loom_error_message());
+        } else {
+            loom_param_spec specs[LOOM_GPT2_NUM_TENSORS];
+            int64_t count = loom_gpt2_param_table(cfg, specs);
+            int64_t es = h[1] == LOOM_LLMC_FP32 ? 4 : 2, want = 1024 + count * es;
+            if ((int64_t)st.st_size != want) {
+                s = loom_fail(LOOM_EFORMAT, "the file is truncated or its header is wrong",
+                              "model file %s: header describes %lld parameters (%lld bytes) but the "
+                              "file holds %lld bytes",
+                              path, (long long)count, (long long)want, (long long)st.st_size);
+            } else {
+                *params = malloc((size_t)count * sizeof(float));
+                if (!*params)
+                    s = loom_fail(LOOM_ENOMEM, NULL, "cannot allocate %lld parameters", (long long)count);
+                else if ((s = read_params(f, path, h[1], *params, count)) == LOOM_OK)
+                    *n = count;
+            }
+        }
+    }
+    fclose(f);
+    if (s != LOOM_OK) {
+        free(*params);
+        *params = NULL;
+    }
+    return s;
+}
+
+loom_status loom_llmc_write(const char *path, const loom_gpt2_config *cfg, const float *params,
+                            int64_t n) {
+    int32_t h[256] = {LOOM_LLMC_MODEL_MAGIC, LOOM_LLMC_FP32, cfg->max_seq_len, cfg->vocab_size,
+                      cfg->num_layers, cfg->num_heads, cfg->channels, cfg->padded_vocab_size};
+    return loom_atomic_save(path, (const void *[]){h, params},
+                            (size_t[]){sizeof h, (size_t)n * sizeof(float)}, 2);
+}

@@ -1,0 +1,19 @@
+// llm.c's GPT-2 model files (karpathy/llm.c, train_gpt2.py write_model): a header of 256 int32
+// — magic 20240326, version (3: fp32 parameters, 5: bf16), maxT, V, L, NH, C, Vp — followed
+// by every parameter tensor in the order of model/gpt2_params.h, wte padded to Vp rows.
+// loom reads versions 3 and 5 and writes version 3.
+#pragma once
+#include "model/gpt2_config.h"
+
+#include <stdint.h>
+
+enum { LOOM_LLMC_MODEL_MAGIC = 20240326, LOOM_LLMC_FP32 = 3, LOOM_LLMC_BF16 = 5 };
+
+// Reads the header and parameters (converted to fp32) of `path`; *params is malloc'ed with *n
+// elements. Errors: LOOM_EIO (missing/unreadable), LOOM_EFORMAT (bad magic, unsupported
+// version, invalid dims, or a file size that disagrees with the header), each naming the file
+// and the value; LOOM_ENOMEM.
+loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **params, int64_t *n);
+// Writes a version-3 (fp32) file atomically. Errors: LOOM_EIO.
+loom_status loom_llmc_write(const char *path, const loom_gpt2_config *cfg, const float *params,
+                            int64_t n);

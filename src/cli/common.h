@@ -1,0 +1,26 @@
+// Pieces the training, evaluation, sampling and benchmark commands share.
+#pragma once
+#include "backend/backend.h"
+#include "model/gpt2.h"
+
+#include <stdint.h>
+
+// Sets the OpenMP thread count (threads <= 0: all cores) and creates the backend for `device`.
+loom_status cli_open_backend(const char *device, int threads, loom_backend **be);
+// Model from an llm.c model file, parameters loaded. Errors as loom_llmc_read.
+loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m);
+// Config from a named model with optional overrides (values <= 0 keep the named value).
+loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq,
+                             loom_gpt2_config *cfg);
+// "124.4M", "1.56B", "7.2K"
+void cli_human_count(char *out, size_t cap, double n);
+// "512.0 MiB"
+void cli_human_bytes(char *out, size_t cap, double bytes);
+// "1h02m", "3m20s", "12s"
+void cli_human_duration(char *out, size_t cap, double seconds);
+// One row of a start-of-run configuration table: "| key | value |".
+void cli_table_row(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_table_rule(void);
+// A loom_token_fn for loom_generate: writes the token's text to stdout (flushed); ctx is the
+// loom_tokenizer. Returns non-zero at <|endoftext|> to stop.
+int cli_print_token(int32_t token, void *ctx);

@@ -1,0 +1,322 @@
+// GPT-2 forward and backward; see gpt2.h. The forward pass, block by block:
+//
+//   x = wte[tokens] + wpe[0:T]                                   (B,T,C)
+//   for each layer l:
+//     qkv       = ln1(x) @ qkvw^T + qkvb                          (B,T,3C)
+//     atty      = causal_attention(qkv)                           (B,T,C)
+//     residual2 = x + atty @ attprojw^T + attprojb                (B,T,C)
+//     fch       = ln2(residual2) @ fcw^T + fcb                    (B,T,4C)
+//     x         = residual2 + gelu(fch) @ fcprojw^T + fcprojb     (B,T,C)  (= residual3)
+//   logits = lnf(x) @ wte^T                                       (B,T,Vp)
+//   loss   = mean cross-entropy over the first V logits
+#include "model/gpt2.h"
+
+#include <string.h>
+
+static loom_tensor no_tensor(void) { return (loom_tensor){0}; }
+
+// Per-layer slice of a stacked activation (slot 0 when the layers share one slot).
+static loom_tensor layer(const loom_tensor *t, int l) {
+    return loom_index(t, t->shape[0] == 1 ? 0 : l);
+}
+
+static size_t align_up(size_t n) { return (n + 63) & ~(size_t)63; }
+
+// Lays the activation views out for (B, T) from `base` (NULL: just count the bytes).
+static size_t layout_acts(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int B, int T,
+                          bool training) {
+    int64_t C = m->cfg.channels, NH = m->cfg.num_heads, Vp = m->cfg.padded_vocab_size;
+    int64_t L = training ? m->cfg.num_layers : 1, N = (int64_t)B * T;
+    int64_t chunk = N < m->logits_chunk ? N : m->logits_chunk;
+    loom_dtype dt = m->be->dtype;
+    size_t off = 0;
+#define TAKE(field, dtype, ...)                                                   \
+    do {                                                                          \
+        a->field = LOOM_VIEW(base ? base + off : NULL, dtype, __VA_ARGS__);       \
+        off += align_up(loom_nbytes(&a->field));                                  \
+    } while (0)
+    TAKE(tokens, LOOM_I32, B, T);
+    TAKE(targets, LOOM_I32, B, T);
+    TAKE(encoded, dt, B, T, C);
+    TAKE(ln1, dt, L, B, T, C);
+    TAKE(ln1_mean, LOOM_F32, L, B, T);
+    TAKE(ln1_rstd, LOOM_F32, L, B, T);
+    TAKE(qkv, dt, L, B, T, 3 * C);
+    TAKE(atty, dt, L, B, T, C);
+    TAKE(att_lse, LOOM_F32, L, B, NH, T);
+    TAKE(residual2, dt, L, B, T, C);
+    TAKE(ln2, dt, L, B, T, C);
+    TAKE(ln2_mean, LOOM_F32, L, B, T);
+    TAKE(ln2_rstd, LOOM_F32, L, B, T);
+    TAKE(fch, dt, L, B, T, 4 * C);
+    TAKE(fch_gelu, dt, L, B, T, 4 * C);
+    TAKE(residual3, dt, L, B, T, C);
+    TAKE(proj, dt, B, T, C);
+    TAKE(lnf, dt, B, T, C);
+    TAKE(lnf_mean, LOOM_F32, B, T);
+    TAKE(lnf_rstd, LOOM_F32, B, T);
+    TAKE(logits, dt, chunk, Vp);
+    TAKE(losses, LOOM_F32, N);
+#undef TAKE
+    return off;
+}
+
+static size_t layout_grad_acts(loom_gpt2_grad_acts *g, char *base, const loom_gpt2 *m, int B,
+                               int T) {
+    int64_t C = m->cfg.channels;
+    loom_dtype dt = m->be->dtype;
+    size_t off = 0;
+    loom_tensor *views[] = {&g->dresidual, &g->dbtc, &g->dqkv, &g->dfch};
+    const int64_t widths[] = {C, C, 3 * C, 4 * C};
+    for (int i = 0; i < 4; i++) {
+        *views[i] = LOOM_VIEW(base ? base + off : NULL, dt, B, T, widths[i]);
+        off += align_up(loom_nbytes(views[i]));
+    }
+    return off;
+}
+
+static void make_views(loom_tensor *views, void *flat, const loom_gpt2 *m) {
+    size_t es = loom_dtype_size(m->be->dtype);
+    for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {
+        const loom_param_spec *s = &m->specs[t];
+        views[t] = loom_view_dims(flat ? (char *)flat + (size_t)s->offset * es : NULL, m->be->dtype,
+                                  s->shape, s->ndim);
+    }
+}
+
+loom_status loom_gpt2_create(loom_gpt2 **out, loom_backend *be, const loom_gpt2_config *cfg) {
+    *out = NULL;
+    LOOM_TRY(loom_gpt2_config_validate(cfg));
+    loom_gpt2 *m = loom_xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    m->num_elements = loom_gpt2_param_table(cfg, m->specs);
+    // ~32 MB of fp32 logits per output chunk, and at least 64 rows
+    m->logits_chunk = (int)((1 << 23) / cfg->padded_vocab_size);
+    if (m->logits_chunk < 64) m->logits_chunk = 64;
+    size_t bytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
+    m->params = be->alloc(be, bytes);
+    if (!m->params) {
+        free(m);
+        return loom_fail(LOOM_ENOMEM, "use a smaller model", "cannot allocate %zu bytes of parameters",
+                         bytes);
+    }
+    make_views(m->p, m->params, m);
+    *out = m;
+    return LOOM_OK;
+}
+
+void loom_gpt2_free(loom_gpt2 *m) {
+    if (!m) return;
+    m->be->free(m->be, m->params);
+    m->be->free(m->be, m->grads);
+    m->be->free(m->be, m->acts_mem);
+    m->be->free(m->be, m->grad_acts_mem);
+    free(m);
+}
+
+void loom_gpt2_init(loom_gpt2 *m, uint64_t seed) {
+    float *host = loom_xmalloc((size_t)m->num_elements * sizeof(float));
+    for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {
+        const loom_param_spec *s = &m->specs[t];
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < s->numel; i++)
+            host[s->offset + i] = loom_gpt2_init_value(&m->cfg, s, t, i, seed);
+    }
+    loom_gpt2_set_params(m, host);
+    free(host);
+}
+
+void loom_gpt2_set_params(loom_gpt2 *m, const float *host) {
+    LOOM_CHECK(m->be->dtype == LOOM_F32);
+    m->be->upload(m->be, m->params, host, (size_t)m->num_elements * sizeof(float));
+}
+
+void loom_gpt2_get_params(loom_gpt2 *m, float *host) {
+    LOOM_CHECK(m->be->dtype == LOOM_F32);
+    m->be->download(m->be, host, m->params, (size_t)m->num_elements * sizeof(float));
+}
+
+void loom_gpt2_get_grads(loom_gpt2 *m, float *host) {
+    LOOM_CHECK(m->be->dtype == LOOM_F32 && m->grads);
+    m->be->download(m->be, host, m->grads, (size_t)m->num_elements * sizeof(float));
+}
+
+loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
+    loom_backend *be = m->be;
+    if (B < 1) return loom_fail(LOOM_EINVAL, "use --batch 1 or more", "batch size %d is below 1", B);
+    if (T < 1) return loom_fail(LOOM_EINVAL, "use --seq 1 or more", "sequence length %d is below 1", T);
+    if (T > m->cfg.max_seq_len)
+        return loom_fail(LOOM_EINVAL, "lower --seq to the model's maximum or below",
+                         "sequence length %d exceeds the model's maximum %d", T, m->cfg.max_seq_len);
+    be->free(be, m->acts_mem);
+    be->free(be, m->grad_acts_mem);
+    m->acts_mem = m->grad_acts_mem = NULL;
+    m->max_B = B;
+    m->max_T = T;
+    m->training = training;
+    loom_gpt2_acts a;
+    loom_gpt2_grad_acts ga;
+    size_t abytes = layout_acts(&a, NULL, m, B, T, training);
+    size_t gbytes = training ? layout_grad_acts(&ga, NULL, m, B, T) : 0;
+    size_t pbytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
+    m->acts_mem = be->alloc(be, abytes);
+    if (training && !m->grads) {
+        m->grads = be->alloc(be, pbytes);
+        make_views(m->g, m->grads, m);
+    }
+    if (training) m->grad_acts_mem = be->alloc(be, gbytes);
+    if (!m->acts_mem || (training && (!m->grads || !m->grad_acts_mem)))
+        return loom_fail(LOOM_ENOMEM, "lower --batch or --seq",
+                         "cannot allocate %zu bytes of activations for B=%d T=%d", abytes + gbytes,
+                         B, T);
+    return LOOM_OK;
+}
+
+size_t loom_gpt2_memory_bytes(const loom_gpt2 *m) {
+    loom_gpt2_acts a;
+    loom_gpt2_grad_acts ga;
+    size_t pbytes = (size_t)m->num_elements * loom_dtype_size(m->be->dtype);
+    size_t total = pbytes + (m->grads ? pbytes : 0);
+    if (m->acts_mem) total += layout_acts(&a, NULL, m, m->max_B, m->max_T, m->training);
+    if (m->grad_acts_mem) total += layout_grad_acts(&ga, NULL, m, m->max_B, m->max_T);
+    return total;
+}
+
+// Embedding and the L blocks; leaves the final LayerNorm's output in a->lnf.
+static void forward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a) {
+    loom_backend *be = m->be;
+    const loom_tensor *p = m->p;
+    int NH = m->cfg.num_heads;
+    be->encoder_forward(be, a->encoded, a->tokens, p[P_WTE], p[P_WPE]);
+    loom_tensor x = a->encoded; // (B,T,C) residual stream
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        loom_tensor ln1 = layer(&a->ln1, l), qkv = layer(&a->qkv, l), atty = layer(&a->atty, l);
+        loom_tensor residual2 = layer(&a->residual2, l), ln2 = layer(&a->ln2, l);
+        loom_tensor fch = layer(&a->fch, l), fch_gelu = layer(&a->fch_gelu, l);
+        loom_tensor residual3 = layer(&a->residual3, l);
+        be->layernorm_forward(be, ln1, layer(&a->ln1_mean, l), layer(&a->ln1_rstd, l), x,
+                              loom_index(&p[P_LN1W], l), loom_index(&p[P_LN1B], l));
+        be->matmul_forward(be, qkv, ln1, loom_index(&p[P_QKVW], l), loom_index(&p[P_QKVB], l));
+        be->attention_forward(be, atty, layer(&a->att_lse, l), qkv, NH);
+        be->matmul_forward(be, a->proj, atty, loom_index(&p[P_ATTPROJW], l),
+                           loom_index(&p[P_ATTPROJB], l));
+        be->residual_forward(be, residual2, x, a->proj);
+        be->layernorm_forward(be, ln2, layer(&a->ln2_mean, l), layer(&a->ln2_rstd, l), residual2,
+                              loom_index(&p[P_LN2W], l), loom_index(&p[P_LN2B], l));
+        be->matmul_forward(be, fch, ln2, loom_index(&p[P_FCW], l), loom_index(&p[P_FCB], l));
+        be->gelu_forward(be, fch_gelu, fch);
+        be->matmul_forward(be, a->proj, fch_gelu, loom_index(&p[P_FCPROJW], l),
+                           loom_index(&p[P_FCPROJB], l));
+        be->residual_forward(be, residual3, residual2, a->proj);
+        x = residual3;
+    }
+    be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, p[P_LNFW], p[P_LNFB]);
+}
+
+// Output layer and loss over row chunks; with backward, also dlnf (into dlnf) and dwte +=.
+// Returns the mean loss over the B*T tokens.
+static double head(loom_gpt2 *m, const loom_gpt2_acts *a, float dloss, bool backward,
+                   loom_tensor dlnf) {
+    loom_backend *be = m->be;
+    int64_t N = loom_rows(&a->lnf), chunk = a->logits.shape[0];
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int64_t r1 = r0 + chunk < N ? r0 + chunk : N, n = r1 - r0;
+        loom_tensor lnf = loom_row_slice(&a->lnf, r0, r1);    // (n,C)
+        loom_tensor logits = loom_row_slice(&a->logits, 0, n); // (n,Vp)
+        loom_tensor losses = LOOM_VIEW((float *)a->losses.data + r0, LOOM_F32, n);
+        loom_tensor targets = LOOM_VIEW((int32_t *)a->targets.data + r0, LOOM_I32, n);
+        be->matmul_forward(be, logits, lnf, m->p[P_WTE], no_tensor());
+        be->softmax_crossentropy(be, losses, logits, targets, m->cfg.vocab_size, dloss, backward);
+        if (backward)
+            be->matmul_backward(be, loom_row_slice(&dlnf, r0, r1), m->g[P_WTE], no_tensor(), logits,
+                                lnf, m->p[P_WTE]);
+    }
+    float *losses = loom_xmalloc((size_t)N * sizeof(float));
+    be->download(be, losses, a->losses.data, (size_t)N * sizeof(float));
+    double sum = 0;
+    for (int64_t i = 0; i < N; i++) sum += losses[i];
+    free(losses);
+    return sum / (double)N;
+}
+
+// Backward from dlnf (in g->dbtc) through the blocks and the embedding into m->grads.
+static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gpt2_grad_acts *g) {
+    loom_backend *be = m->be;
+    const loom_tensor *p = m->p, *dp = m->g;
+    int L = m->cfg.num_layers, NH = m->cfg.num_heads;
+    loom_tensor dres = g->dresidual;
+    be->zero(be, dres.data, loom_nbytes(&dres));
+    be->layernorm_backward(be, dres, dp[P_LNFW], dp[P_LNFB], g->dbtc, layer(&a->residual3, L - 1),
+                           p[P_LNFW], a->lnf_mean, a->lnf_rstd);
+    for (int l = L - 1; l >= 0; l--) {
+        // here dres = d(loss)/d(block l output)
+        loom_tensor x = l == 0 ? a->encoded : layer(&a->residual3, l - 1);
+        loom_tensor residual2 = layer(&a->residual2, l), atty = layer(&a->atty, l);
+        be->matmul_backward(be, g->dfch, loom_index(&dp[P_FCPROJW], l), loom_index(&dp[P_FCPROJB], l),
+                            dres, layer(&a->fch_gelu, l), loom_index(&p[P_FCPROJW], l));
+        be->gelu_backward(be, g->dfch, layer(&a->fch, l), g->dfch);
+        be->matmul_backward(be, g->dbtc, loom_index(&dp[P_FCW], l), loom_index(&dp[P_FCB], l), g->dfch,
+                            layer(&a->ln2, l), loom_index(&p[P_FCW], l));
+        be->layernorm_backward(be, dres, loom_index(&dp[P_LN2W], l), loom_index(&dp[P_LN2B], l), g->dbtc,
+                               residual2, loom_index(&p[P_LN2W], l), layer(&a->ln2_mean, l),
+                               layer(&a->ln2_rstd, l));
+        // dres = d(loss)/d(residual2)
+        be->matmul_backward(be, g->dbtc, loom_index(&dp[P_ATTPROJW], l),
+                            loom_index(&dp[P_ATTPROJB], l), dres, atty, loom_index(&p[P_ATTPROJW], l));
+        be->attention_backward(be, g->dqkv, g->dbtc, layer(&a->qkv, l), atty, layer(&a->att_lse, l), NH);
+        be->matmul_backward(be, g->dbtc, loom_index(&dp[P_QKVW], l), loom_index(&dp[P_QKVB], l), g->dqkv,
+                            layer(&a->ln1, l), loom_index(&p[P_QKVW], l));
+        be->layernorm_backward(be, dres, loom_index(&dp[P_LN1W], l), loom_index(&dp[P_LN1B], l), g->dbtc,
+                               x, loom_index(&p[P_LN1W], l), layer(&a->ln1_mean, l),
+                               layer(&a->ln1_rstd, l));
+    }
+    be->encoder_backward(be, dp[P_WTE], dp[P_WPE], dres, a->tokens);
+}
+
+static void check_batch(const loom_gpt2 *m, int B, int T) {
+    LOOM_CHECK(m->acts_mem && B >= 1 && T >= 1 && B <= m->max_B && T <= m->max_T);
+}
+
+static loom_gpt2_acts upload_batch(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                                   int B, int T) {
+    check_batch(m, B, T);
+    loom_gpt2_acts a;
+    layout_acts(&a, m->acts_mem, m, B, T, m->training);
+    size_t bytes = (size_t)B * T * sizeof(int32_t);
+    m->be->upload(m->be, a.tokens.data, inputs, bytes);
+    if (targets) m->be->upload(m->be, a.targets.data, targets, bytes);
+    return a;
+}
+
+double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    loom_gpt2_acts a = upload_batch(m, inputs, targets, B, T);
+    forward_blocks(m, &a);
+    return head(m, &a, 0.0f, false, no_tensor());
+}
+
+double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                                  int B, int T, float grad_scale) {
+    LOOM_CHECK(m->training);
+    loom_gpt2_acts a = upload_batch(m, inputs, targets, B, T);
+    loom_gpt2_grad_acts g;
+    layout_grad_acts(&g, m->grad_acts_mem, m, B, T);
+    forward_blocks(m, &a);
+    double loss = head(m, &a, grad_scale / (float)(B * T), true, g.dbtc);
+    backward_blocks(m, &a, &g);
+    return loss;
+}
+
+void loom_gpt2_zero_grads(loom_gpt2 *m) {
+    m->be->zero(m->be, m->grads, (size_t)m->num_elements * loom_dtype_size(m->be->dtype));
+}
+
+void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits) {
+    LOOM_CHECK(m->be->dtype == LOOM_F32);
+    loom_gpt2_acts a = upload_batch(m, tokens, NULL, 1, T);
+    forward_blocks(m, &a);
+    loom_tensor last = loom_row_slice(&a.lnf, T - 1, T);
+    loom_tensor out = loom_row_slice(&a.logits, 0, 1);
+    m->be->matmul_forward(m->be, out, last, m->p[P_WTE], no_tensor());
+    m->be->download(m->be, logits, out.data, (size_t)m->cfg.padded_vocab_size * sizeof(float));
+}

@@ -1,0 +1,65 @@
+#include "optim/adamw.h"
+
+#include <math.h>
+#include <string.h>
+
+loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
+                              const loom_param_range *ranges, int nranges) {
+    loom_adamw *o = loom_xcalloc(1, sizeof *o);
+    o->be = be;
+    o->n = n;
+    o->m = be->alloc(be, (size_t)n * sizeof(float));
+    o->v = be->alloc(be, (size_t)n * sizeof(float));
+    o->ranges = loom_xmalloc((size_t)nranges * sizeof *ranges);
+    memcpy(o->ranges, ranges, (size_t)nranges * sizeof *ranges);
+    o->nranges = nranges;
+    *out = o;
+    if (!o->m || !o->v) {
+        loom_adamw_free(o);
+        *out = NULL;
+        return loom_fail(LOOM_ENOMEM, "use a smaller model",
+                         "cannot allocate %lld bytes of AdamW moments", (long long)(8 * n));
+    }
+    return LOOM_OK;
+}
+
+void loom_adamw_free(loom_adamw *o) {
+    if (!o) return;
+    o->be->free(o->be, o->m);
+    o->be->free(o->be, o->v);
+    free(o->ranges);
+    free(o);
+}
+
+double loom_grad_norm(loom_backend *be, void *grads, int64_t n) {
+    return sqrt(be->sumsq(be, loom_view_dims(grads, be->dtype, &n, 1)));
+}
+
+float loom_clip_scale(double norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    double s = max_norm / (norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+}
+
+void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
+                     const loom_adamw_config *cfg, float grad_scale) {
+    loom_backend *be = o->be;
+    size_t es = loom_dtype_size(be->dtype);
+    o->t++;
+    for (int r = 0; r < o->nranges; r++) {
+        const loom_param_range *g = &o->ranges[r];
+        int64_t n = g->numel;
+        loom_adamw_args args = {.lr = lr,
+                                .beta1 = cfg->beta1,
+                                .beta2 = cfg->beta2,
+                                .eps = cfg->eps,
+                                .weight_decay = g->weight_decay ? cfg->weight_decay : 0.0f,
+                                .grad_scale = grad_scale,
+                                .t = o->t};
+        be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->offset * es, be->dtype, &n, 1),
+                         (loom_tensor){0},
+                         loom_view_dims((char *)grads + (size_t)g->offset * es, be->dtype, &n, 1),
+                         loom_view_dims((float *)o->m + g->offset, LOOM_F32, &n, 1),
+                         loom_view_dims((float *)o->v + g->offset, LOOM_F32, &n, 1), args);
+    }
+}

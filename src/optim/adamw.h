@@ -1,0 +1,43 @@
+// AdamW over a flat parameter buffer (Loshchilov & Hutter, ICLR'19; the update of
+// torch.optim.AdamW, see loom_adamw_args in backend/backend.h), with weight decay applied per
+// range (GPT-2 convention: matrices and embeddings decay, biases and LayerNorm do not) and
+// gradient clipping by the global L2 norm (as torch.nn.utils.clip_grad_norm_).
+#pragma once
+#include "backend/backend.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_clip; // max global gradient norm (0: no clipping)
+} loom_adamw_config;
+
+// A contiguous range of the flat buffers sharing one weight-decay setting.
+typedef struct {
+    int64_t offset, numel;
+    bool weight_decay;
+} loom_param_range;
+
+typedef struct {
+    loom_backend *be;
+    int64_t n;            // elements in the flat buffers
+    void *m, *v;          // (n) fp32 first and second moments
+    loom_param_range *ranges;
+    int nranges;
+    int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
+} loom_adamw;
+
+// Errors: LOOM_ENOMEM when the moments do not fit.
+loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
+                              const loom_param_range *ranges, int nranges);
+void loom_adamw_free(loom_adamw *o);
+
+// Global L2 norm of the gradients (n elements of be->dtype at `grads`).
+double loom_grad_norm(loom_backend *be, void *grads, int64_t n);
+// The factor clipping multiplies gradients by: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
+float loom_clip_scale(double norm, float max_norm);
+
+// One update of every range: params -= AdamW(grads * grad_scale) at learning rate lr.
+void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
+                     const loom_adamw_config *cfg, float grad_scale);

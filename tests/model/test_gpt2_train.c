@@ -1,0 +1,120 @@
+// Training pieces on fresh random inputs: GPT-2 initialisation statistics and thread-count
+// independence, gradient accumulation (2 micro-batches of B at scale 1/2 == one batch of 2B),
+// the learning-rate schedules, and clipping.
+#include "harness.h"
+
+#include "backend/backend.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+#include <omp.h>
+#include <string.h>
+
+static loom_gpt2_config tiny(void) {
+    return (loom_gpt2_config){.max_seq_len = 24, .vocab_size = 97, .padded_vocab_size = 128,
+                              .num_layers = 2, .num_heads = 2, .channels = 16};
+}
+
+static void test_init(loom_backend *be, uint64_t seed) {
+    loom_gpt2_config cfg = tiny();
+    cfg.channels = 64;
+    cfg.num_layers = 3;
+    cfg.vocab_size = 1000;
+    cfg.padded_vocab_size = 1024;
+    loom_gpt2 *m;
+    T_ASSERT(loom_gpt2_create(&m, be, &cfg) == LOOM_OK, "create");
+    float *a = malloc((size_t)m->num_elements * sizeof(float)), *b = malloc((size_t)m->num_elements * sizeof(float));
+    omp_set_num_threads(1);
+    loom_gpt2_init(m, seed);
+    loom_gpt2_get_params(m, a);
+    omp_set_num_threads(2);
+    loom_gpt2_init(m, seed);
+    loom_gpt2_get_params(m, b);
+    T_ASSERT(memcmp(a, b, (size_t)m->num_elements * sizeof(float)) == 0, "init independent of threads");
+    float expect_std[LOOM_GPT2_NUM_TENSORS] = {0.02f, 0.02f, 0, 0, 0.02f, 0, 0.02f / sqrtf(6.0f), 0,
+                                               0, 0, 0.02f, 0, 0.02f / sqrtf(6.0f), 0, 0, 0};
+    for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {
+        const loom_param_spec *s = &m->specs[t];
+        int64_t n = t == P_WTE ? (int64_t)cfg.vocab_size * cfg.channels : s->numel;
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < n; i++) {
+            sum += a[s->offset + i];
+            sq += (double)a[s->offset + i] * a[s->offset + i];
+        }
+        double mean = sum / n, std = sqrt(sq / n - mean * mean);
+        if (s->init == INIT_NORMAL) {
+            T_ASSERT(fabs(mean) < 4 * expect_std[t] / sqrt((double)n) + 1e-7, "%s mean %g", s->name, mean);
+            T_ASSERT(fabs(std / expect_std[t] - 1) < 0.05, "%s std %g vs %g", s->name, std, (double)expect_std[t]);
+        } else {
+            double v = s->init == INIT_ONE ? 1.0 : 0.0;
+            T_ASSERT(mean == v && std == 0, "%s constant %g", s->name, v);
+        }
+    }
+    const loom_param_spec *wte = &m->specs[P_WTE];
+    int padded_nonzero = 0;
+    for (int64_t i = (int64_t)cfg.vocab_size * cfg.channels; i < wte->numel; i++) padded_nonzero += a[i] != 0;
+    T_ASSERT(padded_nonzero == 0, "padded vocabulary rows are zero");
+    free(a);
+    free(b);
+    loom_gpt2_free(m);
+}
+
+static void test_accumulation(loom_backend *be, uint64_t seed) {
+    loom_gpt2_config cfg = tiny();
+    loom_gpt2 *m;
+    T_ASSERT(loom_gpt2_create(&m, be, &cfg) == LOOM_OK, "create");
+    loom_gpt2_init(m, seed);
+    int B = 2, T = 19;
+    int32_t x[2 * 2 * 19], y[2 * 2 * 19];
+    for (int i = 0; i < 2 * B * T; i++) x[i] = t_randint(0, cfg.vocab_size - 1), y[i] = t_randint(0, cfg.vocab_size - 1);
+    size_t bytes = (size_t)m->num_elements * sizeof(float);
+    float *whole = malloc(bytes), *accum = malloc(bytes);
+    T_ASSERT(loom_gpt2_alloc(m, 2 * B, T, true) == LOOM_OK, "alloc");
+    loom_gpt2_zero_grads(m);
+    double l_whole = loom_gpt2_forward_backward(m, x, y, 2 * B, T, 1.0f);
+    loom_gpt2_get_grads(m, whole);
+    loom_gpt2_zero_grads(m);
+    double l1 = loom_gpt2_forward_backward(m, x, y, B, T, 0.5f);
+    double l2 = loom_gpt2_forward_backward(m, x + B * T, y + B * T, B, T, 0.5f);
+    loom_gpt2_get_grads(m, accum);
+    T_ASSERT(fabs((l1 + l2) / 2 - l_whole) < 1e-5 * l_whole, "loss %g vs %g", (l1 + l2) / 2, l_whole);
+    double e = t_max_rel_err(accum, whole, (size_t)m->num_elements);
+    T_ASSERT(e < 1e-5, "accumulated gradients vs one batch: %g", e);
+    free(whole);
+    free(accum);
+    loom_gpt2_free(m);
+}
+
+static void test_schedule(void) {
+    loom_lr_schedule s = {LOOM_LR_COSINE, 1e-3f, 1e-4f, 10, 110};
+    T_ASSERT(fabsf(loom_lr_at(&s, 0) - 1e-4f) < 1e-9f, "warmup start %g", (double)loom_lr_at(&s, 0));
+    T_ASSERT(fabsf(loom_lr_at(&s, 9) - 1e-3f) < 1e-9f, "warmup end");
+    T_ASSERT(fabsf(loom_lr_at(&s, 10) - 1e-3f) < 1e-9f, "decay start");
+    T_ASSERT(fabsf(loom_lr_at(&s, 60) - 5.5e-4f) < 1e-8f, "cosine midpoint %g", (double)loom_lr_at(&s, 60));
+    T_ASSERT(fabsf(loom_lr_at(&s, 110) - 1e-4f) < 1e-9f, "floor");
+    T_ASSERT(fabsf(loom_lr_at(&s, 500) - 1e-4f) < 1e-9f, "stays at floor");
+    s.kind = LOOM_LR_CONSTANT;
+    T_ASSERT(loom_lr_at(&s, 60) == 1e-3f && loom_lr_at(&s, 4) == 5e-4f, "constant after warmup");
+    loom_lr_kind k;
+    T_ASSERT(loom_lr_kind_parse("linear", &k) == LOOM_EINVAL && strstr(loom_error_message(), "linear"),
+             "unknown schedule named");
+}
+
+static void test_clip(void) {
+    T_ASSERT(loom_clip_scale(0.5, 1.0f) == 1.0f, "no clip under the limit");
+    T_ASSERT(fabsf(loom_clip_scale(4.0, 1.0f) - 0.25f) < 1e-6f, "clip to 1/4");
+    T_ASSERT(loom_clip_scale(4.0, 0.0f) == 1.0f, "clipping off");
+}
+
+int main(void) {
+    uint64_t seed = t_seed();
+    loom_backend *be;
+    if (loom_backend_create(&be, "cpu", LOOM_F32) != LOOM_OK) return 1;
+    test_init(be, seed);
+    test_accumulation(be, seed);
+    test_schedule();
+    test_clip();
+    loom_backend_destroy(be);
+    return t_done("gpt2_train");
+}

@@ -1,0 +1,3 @@
+loom_test(gpt2_fixture SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_fixture.c
+          ARGS ${CMAKE_SOURCE_DIR}/tests/fixtures)
+loom_test(gpt2_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_train.c)
