@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages loom builds against (see README "Dependencies").
-PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev nodejs npm)
+PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev
+      libopenmpi-dev openmpi-bin nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do
   # nodejs/npm may come from elsewhere (e.g. a preinstalled Node.js): accept the commands too

@@ -1,18 +1,12 @@
 #include "ckpt/llmc_model.h"
 
+#include "core/bf16.h"
 #include "core/fileio.h"
 #include "model/gpt2_params.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static float bf16_to_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static loom_status read_params(FILE *f, const char *path, int version, float *params, int64_t n) {
     size_t got;
@@ -21,7 +15,7 @@ static loom_status read_params(FILE *f, const char *path, int version, float *pa
     } else {
         uint16_t *raw = loom_xmalloc((size_t)n * sizeof(uint16_t));
         got = fread(raw, sizeof(uint16_t), (size_t)n, f);
-        for (int64_t i = 0; i < (int64_t)got; i++) params[i] = bf16_to_f32(raw[i]);
+        for (int64_t i = 0; i < (int64_t)got; i++) params[i] = loom_bf16_to_f32(raw[i]);
         free(raw);
     }
     if (got != (size_t)n) return loom_fail(LOOM_EIO, NULL, "model file %s: short read", path);

@@ -8,6 +8,7 @@ size_t loom_dtype_size(loom_dtype dt) {
     case LOOM_F32: return 4;
     case LOOM_BF16: return 2;
     case LOOM_I32: return 4;
+    case LOOM_F64: return 8;
     }
     return 0;
 }
@@ -17,6 +18,7 @@ const char *loom_dtype_name(loom_dtype dt) {
     case LOOM_F32: return "fp32";
     case LOOM_BF16: return "bf16";
     case LOOM_I32: return "int32";
+    case LOOM_F64: return "fp64";
     }
     return "?";
 }

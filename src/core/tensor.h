@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { LOOM_F32 = 0, LOOM_BF16, LOOM_I32 } loom_dtype;
+typedef enum { LOOM_F32 = 0, LOOM_BF16, LOOM_I32, LOOM_F64 } loom_dtype;
 
 typedef struct {
     void *data;       // device (or host) pointer of the owning backend

@@ -1,0 +1,81 @@
+// Process groups and collectives (DESIGN.md, src/comm). A loom_comm is a group of ranks with
+// one backend: "mpi" (OpenMPI, host memory: the CPU path), "nccl" (device memory, in CUDA
+// builds) or "self" (a group of one, no launcher needed). Every collective can run
+// asynchronously: give a request pointer and wait on it later (loom_comm_wait), or give NULL to
+// block. Buffers are `count` elements of `dt`; "per rank" counts are the size of one rank's
+// piece, so a reduce-scatter's send buffer holds size * count elements.
+//
+// Reductions: LOOM_SUM, and LOOM_AVG = sum / group size. Collectives with the same arguments
+// in the same order on every rank give the same bits on every run (the MPI backend's algorithm
+// depends only on the sizes), which the parity tests rely on.
+//
+// Errors: LOOM_EINVAL for arguments the backend cannot take (a count above INT_MAX for MPI,
+// a peer outside the group), LOOM_EUNSUPPORTED for a dtype or op the backend lacks, LOOM_EIO
+// for a failure reported by the library, each naming the operation.
+#pragma once
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { LOOM_SUM, LOOM_AVG } loom_red_op;
+
+typedef struct loom_comm loom_comm;
+typedef struct loom_comm_req loom_comm_req;
+
+// The world group of this process: MPI when the process was started by a launcher (mpirun,
+// srun: OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_RANK or SLURM_NTASKS > 1 in the environment, or
+// LOOM_COMM=mpi), else "self". Errors: LOOM_EUNSUPPORTED when launched by MPI in a build
+// without it.
+loom_status loom_comm_world(int *argc, char ***argv, loom_comm **world);
+// Ends MPI if loom_comm_world started it; frees the world group.
+void loom_comm_finalize(loom_comm *world);
+
+int loom_comm_rank(const loom_comm *c);
+int loom_comm_size(const loom_comm *c);
+int loom_comm_local_rank(const loom_comm *c);  // rank among the ranks of this host
+const char *loom_comm_backend(const loom_comm *c); // "mpi", "nccl" or "self"
+
+// Sub-groups: ranks with the same color form a group, ordered by key (MPI_Comm_split).
+loom_status loom_comm_split(loom_comm *c, int color, int key, loom_comm **out);
+void loom_comm_free(loom_comm *c);
+
+// In place: buf (count) on every rank becomes the reduction over ranks.
+loom_status loom_allreduce(loom_comm *c, void *buf, size_t count, loom_dtype dt, loom_red_op op,
+                           loom_comm_req **req);
+// send (size * count): rank r receives into recv (count) the reduction of piece r.
+loom_status loom_reduce_scatter(loom_comm *c, const void *send, void *recv, size_t count,
+                                loom_dtype dt, loom_red_op op, loom_comm_req **req);
+// recv (size * count) gets piece r = rank r's send (count). send == NULL: in place, rank r's
+// piece already sits at recv + r * count.
+loom_status loom_allgather(loom_comm *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                           loom_comm_req **req);
+loom_status loom_broadcast(loom_comm *c, void *buf, size_t count, loom_dtype dt, int root,
+                           loom_comm_req **req);
+// send (size * count): piece p goes to rank p; recv (size * count): piece p came from rank p.
+loom_status loom_alltoall(loom_comm *c, const void *send, void *recv, size_t count, loom_dtype dt,
+                          loom_comm_req **req);
+loom_status loom_send(loom_comm *c, const void *buf, size_t count, loom_dtype dt, int peer, int tag,
+                      loom_comm_req **req);
+loom_status loom_recv(loom_comm *c, void *buf, size_t count, loom_dtype dt, int peer, int tag,
+                      loom_comm_req **req);
+loom_status loom_barrier(loom_comm *c);
+
+// Completes the request (applying LOOM_AVG's division) and frees it.
+loom_status loom_comm_wait(loom_comm_req *req);
+// *done = whether the request has completed; it still must be waited on. Also drives the
+// progress of the backend's outstanding operations (MPI progresses inside its calls).
+loom_status loom_comm_test(loom_comm_req *req, bool *done);
+
+// Agreement after a step that can fail on some ranks only: every rank passes its status and
+// gets LOOM_OK when all succeeded. Otherwise it returns the failing status (its own, or
+// LOOM_EIO for ranks that succeeded) and *report is true on exactly one rank, the lowest that
+// failed, which should print its error; the others exit quietly, so a failure prints one line
+// and no rank hangs.
+loom_status loom_comm_agree(loom_comm *c, loom_status local, bool *report);
+
+// The shard of n elements that rank r of `size` owns under even sharding with padding:
+// every rank owns ceil(n / size) slots; *offset is its first, *len the real elements (the
+// last ranks may own fewer, or none).
+void loom_comm_shard(size_t n, int size, int rank, size_t *offset, size_t *len);
