@@ -43,6 +43,7 @@ struct loom_backend {
     void (*upload)(loom_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(loom_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*zero)(loom_backend *be, void *p, size_t bytes);
+    void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes); // within this backend's memory
     void (*synchronize)(loom_backend *be);
 
     // ---- ops ----

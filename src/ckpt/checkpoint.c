@@ -10,62 +10,72 @@
 #include <stdio.h>
 #include <string.h>
 
-static void ckpt_path(char *out, size_t cap, const char *dir, const char *kind, int64_t step,
-                      const char *ext) {
-    snprintf(out, cap, "%s/%s_%08lld%s", dir, kind, (long long)step, ext);
+static void model_path(char *out, size_t cap, const char *dir, int64_t step) {
+    snprintf(out, cap, "%s/model_%08lld.bin", dir, (long long)step);
+}
+static void state_path(char *out, size_t cap, const char *dir, int64_t step, int rank) {
+    snprintf(out, cap, "%s/state_%08lld_%05d.bin", dir, (long long)step, rank);
+}
+static void meta_path(char *out, size_t cap, const char *dir, int64_t step) {
+    snprintf(out, cap, "%s/ckpt_%08lld.json", dir, (long long)step);
 }
 
-static loom_status write_state(const char *path, const loom_train_state *st, const float *m,
-                               const float *v, int64_t n) {
-    int64_t h[32] = {LOOM_STATE_MAGIC, 1, 0, st->world_size, st->step, n, st->data_position,
-                     (int64_t)st->seed};
+loom_status loom_ckpt_save_model(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
+                                 const float *params, int64_t n) {
+    char path[4200];
+    model_path(path, sizeof path, dir, st->step);
+    return loom_llmc_write(path, cfg, params, n);
+}
+
+loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, int rank, const float *m,
+                                 const float *v, int64_t n) {
+    char path[4200];
+    state_path(path, sizeof path, dir, st->step, rank);
+    int64_t h[32] = {LOOM_STATE_MAGIC, LOOM_STATE_VERSION, rank, st->world_size, st->step, n,
+                     st->data_position, (int64_t)st->seed, st->zero};
     size_t bytes = (size_t)n * sizeof(float);
     return loom_atomic_save(path, (const void *[]){h, m, v}, (size_t[]){sizeof h, bytes, bytes}, 3);
 }
 
-static loom_status write_meta(const char *path, const loom_train_state *st,
-                              const loom_gpt2_config *cfg, const char *model, const char *state) {
+static const char *NUMBERS[] = {"step", "world_size", "zero", "state_files", "bucket_elements", "micro_batch",
+                                "seq_len", "grad_accum", "data_position", "train_loss"};
+enum { NNUMBERS = sizeof NUMBERS / sizeof NUMBERS[0] };
+
+static void state_numbers(const loom_train_state *st, double v[NNUMBERS]) {
+    const double vals[NNUMBERS] = {(double)st->step, st->world_size, st->zero, st->state_files,
+                                   (double)st->bucket_elements, st->micro_batch, st->seq_len,
+                                   st->grad_accum, (double)st->data_position, st->train_loss};
+    memcpy(v, vals, sizeof vals);
+}
+
+loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg) {
     cJSON *j = cJSON_CreateObject(), *c = cJSON_CreateObject(), *states = cJSON_CreateArray();
-    char seed[32];
-    snprintf(seed, sizeof seed, "%" PRIu64, st->seed);
+    char name[64], path[4200];
     cJSON_AddStringToObject(j, "format", "loom-checkpoint");
-    cJSON_AddNumberToObject(j, "version", 1);
-    cJSON_AddNumberToObject(j, "step", (double)st->step);
-    cJSON_AddNumberToObject(j, "world_size", st->world_size);
-    cJSON_AddStringToObject(j, "model", model);
-    cJSON_AddItemToArray(states, cJSON_CreateString(state));
+    cJSON_AddNumberToObject(j, "version", 2);
+    double vals[NNUMBERS];
+    state_numbers(st, vals);
+    for (int i = 0; i < NNUMBERS; i++) cJSON_AddNumberToObject(j, NUMBERS[i], vals[i]);
+    snprintf(name, sizeof name, "%" PRIu64, st->seed); // as text: JSON numbers lose 64-bit seeds
+    cJSON_AddStringToObject(j, "seed", name);
+    snprintf(name, sizeof name, "model_%08lld.bin", (long long)st->step);
+    cJSON_AddStringToObject(j, "model", name);
+    for (int r = 0; r < st->state_files; r++) {
+        snprintf(name, sizeof name, "state_%08lld_%05d.bin", (long long)st->step, r);
+        cJSON_AddItemToArray(states, cJSON_CreateString(name));
+    }
     cJSON_AddItemToObject(j, "states", states);
-    cJSON_AddNumberToObject(c, "max_seq_len", cfg->max_seq_len);
-    cJSON_AddNumberToObject(c, "vocab_size", cfg->vocab_size);
-    cJSON_AddNumberToObject(c, "padded_vocab_size", cfg->padded_vocab_size);
-    cJSON_AddNumberToObject(c, "num_layers", cfg->num_layers);
-    cJSON_AddNumberToObject(c, "num_heads", cfg->num_heads);
-    cJSON_AddNumberToObject(c, "channels", cfg->channels);
+    const char *dims[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
+    const int dimv[] = {cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, cfg->num_layers,
+                        cfg->num_heads, cfg->channels};
+    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(c, dims[i], dimv[i]);
     cJSON_AddItemToObject(j, "config", c);
-    cJSON_AddNumberToObject(j, "micro_batch", st->micro_batch);
-    cJSON_AddNumberToObject(j, "seq_len", st->seq_len);
-    cJSON_AddNumberToObject(j, "grad_accum", st->grad_accum);
-    cJSON_AddStringToObject(j, "seed", seed);
-    cJSON_AddNumberToObject(j, "data_position", (double)st->data_position);
-    cJSON_AddNumberToObject(j, "train_loss", st->train_loss);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
+    meta_path(path, sizeof path, dir, st->step);
     loom_status s = loom_atomic_save(path, (const void *[]){text}, (size_t[]){strlen(text)}, 1);
     free(text);
     return s;
-}
-
-loom_status loom_ckpt_save(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
-                           const float *params, const float *m, const float *v, int64_t n) {
-    char model[4200], state[4200], meta[4200], model_name[64], state_name[64];
-    ckpt_path(model, sizeof model, dir, "model", st->step, ".bin");
-    snprintf(state, sizeof state, "%s/state_%08lld_%05d.bin", dir, (long long)st->step, 0);
-    ckpt_path(meta, sizeof meta, dir, "ckpt", st->step, ".json");
-    snprintf(model_name, sizeof model_name, "model_%08lld.bin", (long long)st->step);
-    snprintf(state_name, sizeof state_name, "state_%08lld_%05d.bin", (long long)st->step, 0);
-    LOOM_TRY(loom_llmc_write(model, cfg, params, n));
-    LOOM_TRY(write_state(state, st, m, v, n));
-    return write_meta(meta, st, cfg, model_name, state_name);
 }
 
 loom_status loom_ckpt_latest(const char *dir, int64_t *step) {
@@ -87,77 +97,62 @@ loom_status loom_ckpt_latest(const char *dir, int64_t *step) {
     return LOOM_OK;
 }
 
-static loom_status read_meta(const char *path, loom_train_state *st, char *state_name, size_t cap) {
-    char *text;
+loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state *st) {
+    char path[4200], *text;
     size_t len;
+    meta_path(path, sizeof path, dir, step);
     LOOM_TRY(loom_read_file(path, &text, &len));
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
-    const char *fields[] = {"step", "world_size", "micro_batch", "seq_len", "grad_accum",
-                            "data_position", "train_loss"};
-    double vals[7];
     cJSON *seed = j ? cJSON_GetObjectItem(j, "seed") : NULL;
-    cJSON *states = j ? cJSON_GetObjectItem(j, "states") : NULL;
     loom_status s = LOOM_OK;
-    if (!j || !cJSON_IsString(seed) || !cJSON_IsArray(states) ||
-        !cJSON_IsString(cJSON_GetArrayItem(states, 0)))
+    if (!j || !cJSON_IsString(seed))
         s = loom_fail(LOOM_EFORMAT, "the checkpoint metadata is damaged; resume from an older step",
                       "checkpoint metadata %s is not valid loom checkpoint JSON", path);
-    for (int i = 0; s == LOOM_OK && i < 7; i++) {
-        cJSON *it = cJSON_GetObjectItem(j, fields[i]);
+    double v[NNUMBERS];
+    for (int i = 0; s == LOOM_OK && i < NNUMBERS; i++) {
+        cJSON *it = cJSON_GetObjectItem(j, NUMBERS[i]);
         if (!cJSON_IsNumber(it))
-            s = loom_fail(LOOM_EFORMAT, NULL, "checkpoint metadata %s lacks the number '%s'", path,
-                          fields[i]);
+            s = loom_fail(LOOM_EFORMAT, "was it written by an older loom?", "checkpoint metadata %s lacks the number '%s'",
+                          path, NUMBERS[i]);
         else
-            vals[i] = it->valuedouble;
+            v[i] = it->valuedouble;
     }
-    if (s == LOOM_OK) {
-        *st = (loom_train_state){.step = (int64_t)vals[0], .world_size = (int)vals[1],
-                                 .micro_batch = (int)vals[2], .seq_len = (int)vals[3],
-                                 .grad_accum = (int)vals[4], .data_position = (int64_t)vals[5],
-                                 .train_loss = vals[6], .seed = strtoull(seed->valuestring, NULL, 10)};
-        snprintf(state_name, cap, "%s", cJSON_GetArrayItem(states, 0)->valuestring);
-    }
+    if (s == LOOM_OK)
+        *st = (loom_train_state){.step = (int64_t)v[0], .world_size = (int)v[1], .zero = (int)v[2],
+                                 .state_files = (int)v[3], .bucket_elements = (int64_t)v[4],
+                                 .micro_batch = (int)v[5], .seq_len = (int)v[6], .grad_accum = (int)v[7],
+                                 .data_position = (int64_t)v[8], .train_loss = v[9],
+                                 .seed = strtoull(seed->valuestring, NULL, 10)};
     cJSON_Delete(j);
     return s;
 }
 
-static loom_status read_state(const char *path, const loom_train_state *st, int64_t n, float *m,
-                              float *v) {
+loom_status loom_ckpt_load_model(const char *dir, int64_t step, loom_gpt2_config *cfg, float **params,
+                                 int64_t *n) {
+    char path[4200];
+    model_path(path, sizeof path, dir, step);
+    return loom_llmc_read(path, cfg, params, n);
+}
+
+loom_status loom_ckpt_load_state(const char *dir, const loom_train_state *st, int rank, float *m, float *v,
+                                 int64_t n) {
+    char path[4200];
+    state_path(path, sizeof path, dir, st->step, rank);
     FILE *f = fopen(path, "rb");
     if (!f) return loom_fail(LOOM_EIO, NULL, "cannot open optimizer state %s: %s", path, strerror(errno));
     int64_t h[32];
     loom_status s = LOOM_OK;
-    if (fread(h, sizeof h, 1, f) != 1 || h[0] != LOOM_STATE_MAGIC || h[1] != 1)
+    if (fread(h, sizeof h, 1, f) != 1 || h[0] != LOOM_STATE_MAGIC || h[1] != LOOM_STATE_VERSION)
         s = loom_fail(LOOM_EFORMAT, NULL, "optimizer state %s: bad header", path);
-    else if (h[4] != st->step || h[5] != n)
+    else if (h[2] != rank || h[4] != st->step || h[5] != n)
         s = loom_fail(LOOM_EFORMAT, "the checkpoint files are from different runs",
-                      "optimizer state %s: step %lld with %lld elements, expected step %lld with %lld",
-                      path, (long long)h[4], (long long)h[5], (long long)st->step, (long long)n);
+                      "optimizer state %s: rank %lld step %lld with %lld elements, expected rank %d step %lld "
+                      "with %lld", path, (long long)h[2], (long long)h[4], (long long)h[5], rank,
+                      (long long)st->step, (long long)n);
     else if (fread(m, sizeof(float), (size_t)n, f) != (size_t)n ||
              fread(v, sizeof(float), (size_t)n, f) != (size_t)n)
         s = loom_fail(LOOM_EFORMAT, NULL, "optimizer state %s is truncated", path);
     fclose(f);
-    return s;
-}
-
-loom_status loom_ckpt_load(const char *dir, int64_t step, loom_train_state *st,
-                           loom_gpt2_config *cfg, float **params, float **m, float **v, int64_t *n) {
-    char meta[4200], model[4200], state[4200], state_name[256];
-    *params = *m = *v = NULL;
-    ckpt_path(meta, sizeof meta, dir, "ckpt", step, ".json");
-    ckpt_path(model, sizeof model, dir, "model", step, ".bin");
-    LOOM_TRY(read_meta(meta, st, state_name, sizeof state_name));
-    snprintf(state, sizeof state, "%s/%s", dir, state_name);
-    LOOM_TRY(loom_llmc_read(model, cfg, params, n));
-    *m = loom_xmalloc((size_t)*n * sizeof(float));
-    *v = loom_xmalloc((size_t)*n * sizeof(float));
-    loom_status s = read_state(state, st, *n, *m, *v);
-    if (s != LOOM_OK) {
-        free(*params);
-        free(*m);
-        free(*v);
-        *params = *m = *v = NULL;
-    }
     return s;
 }

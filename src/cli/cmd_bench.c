@@ -87,7 +87,7 @@ int loom_cmd_bench(int argc, char **argv) {
         s = loom_gpt2_alloc(m, B, T, true);
     }
     if (s == LOOM_OK) {
-        loom_param_range all = {0, m->num_elements, true};
+        loom_param_range all = {0, 0, m->num_elements, true};
         s = loom_adamw_create(&opt, be, m->num_elements, &all, 1);
     }
     if (s != LOOM_OK) {

@@ -16,7 +16,7 @@ static loom_status check_nonneg(const char *flag, int64_t v) {
                      (long long)v);
 }
 
-static loom_status validate(train_options *o) {
+static loom_status validate(train_options *o, int world_size) {
     if (!o->train_data)
         return loom_fail(LOOM_EINVAL, "give the training shards, e.g. --train-data 'data/x_train_*.bin'",
                          "--train-data is required");
@@ -30,12 +30,17 @@ static loom_status validate(train_options *o) {
     LOOM_TRY(check_positive("sample-tokens", o->sample_tokens));
     LOOM_TRY(check_nonneg("ckpt-every", o->ckpt_every));
     LOOM_TRY(check_nonneg("threads", o->threads));
-    if (o->global_batch == 0) o->global_batch = o->batch;
-    if (o->global_batch < 0 || o->global_batch % o->batch != 0)
-        return loom_fail(LOOM_EINVAL, "make --global-batch a multiple of --batch",
-                         "--global-batch %d is not a positive multiple of --batch %d",
-                         o->global_batch, o->batch);
-    o->grad_accum = o->global_batch / o->batch;
+    if (o->global_batch == 0) o->global_batch = o->batch * world_size;
+    if (o->global_batch < 0 || o->global_batch % (o->batch * world_size) != 0) {
+        if (world_size == 1)
+            return loom_fail(LOOM_EINVAL, "make --global-batch a multiple of --batch",
+                             "--global-batch %d is not a positive multiple of --batch %d",
+                             o->global_batch, o->batch);
+        return loom_fail(LOOM_EINVAL, "make --global-batch a multiple of ranks x --batch",
+                         "--global-batch %d is not a positive multiple of %d ranks x --batch %d",
+                         o->global_batch, world_size, o->batch);
+    }
+    o->grad_accum = o->global_batch / (o->batch * world_size);
     const loom_adamw_config *a = &o->adamw;
     if (!(a->lr > 0)) return loom_fail(LOOM_EINVAL, "e.g. --lr 6e-4", "--lr must be > 0, got %g", (double)a->lr);
     if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
@@ -57,12 +62,12 @@ static loom_status validate(train_options *o) {
     return LOOM_OK;
 }
 
-loom_status train_options_parse(train_options *o, int argc, char **argv, bool *help) {
+loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help) {
     *o = (train_options){.model = "gpt2-mini", .batch = 8, .seq = 0, .steps = 100,
                          .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                    .weight_decay = 0.1f, .grad_clip = 1.0f},
                          .schedule = "cosine", .min_lr = -1, .seed = 1337, .val_batches = 20,
-                         .sample_tokens = 64, .device = "cpu"};
+                         .sample_tokens = 64, .device = "cpu", .bucket_mb = 25};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &o->model, "named config: gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"init", FLAG_STR, &o->init, "start from this llm.c model file instead of random weights"},
@@ -74,7 +79,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, bool *h
         {"val-data", FLAG_STR, &o->val_data, "validation token shards (file or glob)"},
         {"batch", FLAG_INT, &o->batch, "micro-batch size B (sequences)"},
         {"seq", FLAG_INT, &o->seq, "sequence length T (0: the model's maximum)"},
-        {"global-batch", FLAG_INT, &o->global_batch, "sequences per optimizer step (0: = batch); gradient accumulation = global-batch / batch"},
+        {"global-batch", FLAG_INT, &o->global_batch, "sequences per optimizer step over all ranks (0: ranks x batch); accumulation = global-batch / (ranks x batch)"},
         {"shuffle", FLAG_BOOL, &o->shuffle, "shuffle shards and micro-batch order per epoch (from --seed)"},
         {"steps", FLAG_I64, &o->steps, "optimizer steps"},
         {"lr", FLAG_FLOAT, &o->adamw.lr, "peak learning rate"},
@@ -96,7 +101,9 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, bool *h
         {"resume", FLAG_BOOL, &o->resume, "continue from the newest checkpoint in --ckpt-dir"},
         {"metrics", FLAG_STR, &o->metrics, "append per-step metrics to this JSON Lines file"},
         {"device", FLAG_STR, &o->device, "cpu"},
-        {"threads", FLAG_INT, &o->threads, "CPU threads (0: all cores)"},
+        {"threads", FLAG_INT, &o->threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
+        {"zero", FLAG_INT, &o->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)"},
+        {"bucket-mb", FLAG_FLOAT, &o->bucket_mb, "gradient bucket size in MiB for the data-parallel reduction"},
     };
     const loom_cli cli = {"train", "Train a GPT-2 model on token shards.", "loom train --train-data PATTERN [flags]",
                           flags, (int)(sizeof flags / sizeof flags[0]), 0};
@@ -104,5 +111,5 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, bool *h
     int npos;
     LOOM_TRY(loom_flags_parse(&cli, argc, argv, help, &pos, &npos));
     if (*help) return LOOM_OK;
-    return validate(o);
+    return validate(o, world_size);
 }

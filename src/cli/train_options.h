@@ -14,7 +14,7 @@ typedef struct {
     // data and batch
     const char *train_data, *val_data;
     int batch, seq, global_batch; // micro-batch B, sequence T, sequences per optimizer step
-    int grad_accum;               // derived: global_batch / batch
+    int grad_accum;               // derived: global_batch / (world size * batch), per rank
     bool shuffle;
     // optimisation
     int64_t steps;
@@ -28,11 +28,14 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     const char *ckpt_dir, *metrics;
     bool resume;
-    // execution
+    // execution and parallelism
     const char *device;
     int threads;
+    int zero;        // ZeRO stage 0, 1, 2
+    float bucket_mb; // gradient bucket size
 } train_options;
 
-// Parses and validates argv. *help is set when --help was given. Errors: LOOM_EINVAL with a
-// message naming the flag and value.
-loom_status train_options_parse(train_options *o, int argc, char **argv, bool *help);
+// Parses and validates argv for a run on `world_size` data-parallel ranks. *help is set when
+// --help was given. Errors: LOOM_EINVAL with a message naming the flag and value (e.g. a global
+// batch that does not divide by world size x micro-batch).
+loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help);

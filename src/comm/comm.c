@@ -34,6 +34,7 @@ void loom_comm_finalize(loom_comm *world) {
 int loom_comm_rank(const loom_comm *c) { return c->rank; }
 int loom_comm_size(const loom_comm *c) { return c->size; }
 int loom_comm_local_rank(const loom_comm *c) { return c->local_rank; }
+int loom_comm_local_size(const loom_comm *c) { return c->local_size; }
 const char *loom_comm_backend(const loom_comm *c) { return c->ops->name; }
 
 loom_status loom_comm_split(loom_comm *c, int color, int key, loom_comm **out) {

@@ -35,6 +35,7 @@ void loom_comm_finalize(loom_comm *world);
 int loom_comm_rank(const loom_comm *c);
 int loom_comm_size(const loom_comm *c);
 int loom_comm_local_rank(const loom_comm *c);  // rank among the ranks of this host
+int loom_comm_local_size(const loom_comm *c);  // ranks on this host
 const char *loom_comm_backend(const loom_comm *c); // "mpi", "nccl" or "self"
 
 // Sub-groups: ranks with the same color form a group, ordered by key (MPI_Comm_split).

@@ -23,7 +23,7 @@ typedef struct {
 
 struct loom_comm {
     const comm_ops *ops;
-    int rank, size, local_rank;
+    int rank, size, local_rank, local_size;
     void *impl; // the backend's group (MPI_Comm*, ncclComm_t, ...)
 };
 

@@ -138,6 +138,7 @@ static loom_comm *wrap(MPI_Comm mc) {
     MPI_Comm node; // ranks sharing this host give the local rank
     MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &c->local_rank);
+    MPI_Comm_size(node, &c->local_size);
     MPI_Comm_free(&node);
     return c;
 }

@@ -52,6 +52,6 @@ static const comm_ops SELF_OPS = {
 
 loom_comm *comm_self_world(void) {
     loom_comm *c = loom_xcalloc(1, sizeof *c);
-    *c = (loom_comm){.ops = &SELF_OPS, .rank = 0, .size = 1, .local_rank = 0};
+    *c = (loom_comm){.ops = &SELF_OPS, .rank = 0, .size = 1, .local_rank = 0, .local_size = 1};
     return c;
 }

@@ -240,6 +240,10 @@ static double head(loom_gpt2 *m, const loom_gpt2_acts *a, float dloss, bool back
     return sum / (double)N;
 }
 
+static void grads_ready(loom_gpt2 *m, int stage) {
+    if (m->grads_ready) m->grads_ready(m->grads_ready_ctx, stage);
+}
+
 // Backward from dlnf (in g->dbtc) through the blocks and the embedding into m->grads.
 static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gpt2_grad_acts *g) {
     loom_backend *be = m->be;
@@ -249,6 +253,7 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
     be->zero(be, dres.data, loom_nbytes(&dres));
     be->layernorm_backward(be, dres, dp[P_LNFW], dp[P_LNFB], g->dbtc, layer(&a->residual3, L - 1),
                            p[P_LNFW], a->lnf_mean, a->lnf_rstd);
+    grads_ready(m, L);
     for (int l = L - 1; l >= 0; l--) {
         // here dres = d(loss)/d(block l output)
         loom_tensor x = l == 0 ? a->encoded : layer(&a->residual3, l - 1);
@@ -270,8 +275,10 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
         be->layernorm_backward(be, dres, loom_index(&dp[P_LN1W], l), loom_index(&dp[P_LN1B], l), g->dbtc,
                                x, loom_index(&p[P_LN1W], l), layer(&a->ln1_mean, l),
                                layer(&a->ln1_rstd, l));
+        grads_ready(m, l);
     }
     be->encoder_backward(be, dp[P_WTE], dp[P_WPE], dres, a->tokens);
+    grads_ready(m, -1);
 }
 
 static void check_batch(const loom_gpt2 *m, int B, int T) {

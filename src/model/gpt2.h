@@ -54,6 +54,11 @@ typedef struct {
     bool training;         // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
     int logits_chunk;      // rows of the output layer per chunk
+    // Optional: called during backward each time a stage's gradients are final (stages as in
+    // loom_param_spec.grad_stage: L after the final LayerNorm, l after block l, -1 after the
+    // embeddings), so data parallelism can start reducing them while backward goes on.
+    void (*grads_ready)(void *ctx, int stage);
+    void *grads_ready_ctx;
 } loom_gpt2;
 
 // Creates a model with zeroed parameters on `be`. Errors: LOOM_EINVAL (invalid config),

@@ -9,22 +9,22 @@ int64_t loom_gpt2_param_table(const loom_gpt2_config *cfg, loom_param_spec *s) {
     int64_t maxT = cfg->max_seq_len;
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * (float)L);
     const loom_param_spec table[LOOM_GPT2_NUM_TENSORS] = {
-        {"wte", 2, {Vp, C}, 0, 0, INIT_NORMAL, std, true},
-        {"wpe", 2, {maxT, C}, 0, 0, INIT_NORMAL, std, true},
-        {"ln1w", 2, {L, C}, 0, 0, INIT_ONE, 0, false},
-        {"ln1b", 2, {L, C}, 0, 0, INIT_ZERO, 0, false},
-        {"qkvw", 3, {L, 3 * C, C}, 0, 0, INIT_NORMAL, std, true},
-        {"qkvb", 2, {L, 3 * C}, 0, 0, INIT_ZERO, 0, false},
-        {"attprojw", 3, {L, C, C}, 0, 0, INIT_NORMAL, res_std, true},
-        {"attprojb", 2, {L, C}, 0, 0, INIT_ZERO, 0, false},
-        {"ln2w", 2, {L, C}, 0, 0, INIT_ONE, 0, false},
-        {"ln2b", 2, {L, C}, 0, 0, INIT_ZERO, 0, false},
-        {"fcw", 3, {L, 4 * C, C}, 0, 0, INIT_NORMAL, std, true},
-        {"fcb", 2, {L, 4 * C}, 0, 0, INIT_ZERO, 0, false},
-        {"fcprojw", 3, {L, C, 4 * C}, 0, 0, INIT_NORMAL, res_std, true},
-        {"fcprojb", 2, {L, C}, 0, 0, INIT_ZERO, 0, false},
-        {"lnfw", 1, {C}, 0, 0, INIT_ONE, 0, false},
-        {"lnfb", 1, {C}, 0, 0, INIT_ZERO, 0, false},
+        {"wte", 2, {Vp, C}, 0, 0, INIT_NORMAL, std, true, false, -1},
+        {"wpe", 2, {maxT, C}, 0, 0, INIT_NORMAL, std, true, false, -1},
+        {"ln1w", 2, {L, C}, 0, 0, INIT_ONE, 0, false, true, 0},
+        {"ln1b", 2, {L, C}, 0, 0, INIT_ZERO, 0, false, true, 0},
+        {"qkvw", 3, {L, 3 * C, C}, 0, 0, INIT_NORMAL, std, true, true, 0},
+        {"qkvb", 2, {L, 3 * C}, 0, 0, INIT_ZERO, 0, false, true, 0},
+        {"attprojw", 3, {L, C, C}, 0, 0, INIT_NORMAL, res_std, true, true, 0},
+        {"attprojb", 2, {L, C}, 0, 0, INIT_ZERO, 0, false, true, 0},
+        {"ln2w", 2, {L, C}, 0, 0, INIT_ONE, 0, false, true, 0},
+        {"ln2b", 2, {L, C}, 0, 0, INIT_ZERO, 0, false, true, 0},
+        {"fcw", 3, {L, 4 * C, C}, 0, 0, INIT_NORMAL, std, true, true, 0},
+        {"fcb", 2, {L, 4 * C}, 0, 0, INIT_ZERO, 0, false, true, 0},
+        {"fcprojw", 3, {L, C, 4 * C}, 0, 0, INIT_NORMAL, res_std, true, true, 0},
+        {"fcprojb", 2, {L, C}, 0, 0, INIT_ZERO, 0, false, true, 0},
+        {"lnfw", 1, {C}, 0, 0, INIT_ONE, 0, false, false, (int)L},
+        {"lnfb", 1, {C}, 0, 0, INIT_ZERO, 0, false, false, (int)L},
     };
     int64_t offset = 0;
     for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {

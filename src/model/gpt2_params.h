@@ -32,6 +32,12 @@ typedef struct {
     loom_init_rule init;
     float std;          // for INIT_NORMAL
     bool weight_decay;  // AdamW decays matrices and embeddings only
+    // When the gradient is final during backward, which runs in stages L (final LayerNorm and
+    // output layer), L-1 .. 0 (the blocks, last first), -1 (embeddings): a per-layer tensor
+    // (stacked on a leading L dim) is final for layer l after stage l; any other tensor after
+    // stage grad_stage. Data parallelism starts a bucket's reduction at that point.
+    bool per_layer;
+    int grad_stage;
 } loom_param_spec;
 
 // Fills specs[LOOM_GPT2_NUM_TENSORS] and returns the total element count (with padding).

@@ -56,10 +56,10 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                                 .weight_decay = g->weight_decay ? cfg->weight_decay : 0.0f,
                                 .grad_scale = grad_scale,
                                 .t = o->t};
-        be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->offset * es, be->dtype, &n, 1),
+        be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->param_offset * es, be->dtype, &n, 1),
                          (loom_tensor){0},
-                         loom_view_dims((char *)grads + (size_t)g->offset * es, be->dtype, &n, 1),
-                         loom_view_dims((float *)o->m + g->offset, LOOM_F32, &n, 1),
-                         loom_view_dims((float *)o->v + g->offset, LOOM_F32, &n, 1), args);
+                         loom_view_dims((char *)grads + (size_t)g->state_offset * es, be->dtype, &n, 1),
+                         loom_view_dims((float *)o->m + g->state_offset, LOOM_F32, &n, 1),
+                         loom_view_dims((float *)o->v + g->state_offset, LOOM_F32, &n, 1), args);
     }
 }

@@ -13,22 +13,26 @@ typedef struct {
     float grad_clip; // max global gradient norm (0: no clipping)
 } loom_adamw_config;
 
-// A contiguous range of the flat buffers sharing one weight-decay setting.
+// A contiguous range sharing one weight-decay setting: parameters [param_offset, +numel) of
+// the flat parameter buffer, updated from gradients and moments [state_offset, +numel) of the
+// optimizer's own buffers. Unsharded, state_offset = param_offset; under ZeRO the state holds
+// only this rank's shard (src/parallel/data_parallel.h makes those ranges).
 typedef struct {
-    int64_t offset, numel;
+    int64_t param_offset, state_offset, numel;
     bool weight_decay;
 } loom_param_range;
 
 typedef struct {
     loom_backend *be;
-    int64_t n;            // elements in the flat buffers
+    int64_t n;            // elements of optimizer state (the whole model, or a shard)
     void *m, *v;          // (n) fp32 first and second moments
     loom_param_range *ranges;
     int nranges;
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
 } loom_adamw;
 
-// Errors: LOOM_ENOMEM when the moments do not fit.
+// n: state elements (every range's state lies in [0, n)). Errors: LOOM_ENOMEM when the moments
+// do not fit.
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
                               const loom_param_range *ranges, int nranges);
 void loom_adamw_free(loom_adamw *o);
@@ -38,6 +42,7 @@ double loom_grad_norm(loom_backend *be, void *grads, int64_t n);
 // The factor clipping multiplies gradients by: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
 float loom_clip_scale(double norm, float max_norm);
 
-// One update of every range: params -= AdamW(grads * grad_scale) at learning rate lr.
+// One update of every range: params -= AdamW(grads * grad_scale) at learning rate lr; grads
+// (n elements of be->dtype) are indexed like the state.
 void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                      const loom_adamw_config *cfg, float grad_scale);

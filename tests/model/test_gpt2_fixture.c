@@ -128,7 +128,8 @@ int main(int argc, char **argv) {
     // 5 AdamW steps with clipping on the same batch
     loom_param_range ranges[LOOM_GPT2_NUM_TENSORS];
     for (int i = 0; i < LOOM_GPT2_NUM_TENSORS; i++)
-        ranges[i] = (loom_param_range){m->specs[i].offset, m->specs[i].numel, m->specs[i].weight_decay};
+        ranges[i] = (loom_param_range){m->specs[i].offset, m->specs[i].offset, m->specs[i].numel,
+                                       m->specs[i].weight_decay};
     loom_adamw *opt;
     T_ASSERT(loom_adamw_create(&opt, be, m->num_elements, ranges, LOOM_GPT2_NUM_TENSORS) == LOOM_OK, "opt");
     loom_adamw_config cfg = {fx.lr, fx.beta1, fx.beta2, fx.eps, fx.wd, fx.clip};

@@ -41,6 +41,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .upload = cpu_copy,
         .download = cpu_copy,
         .zero = cpu_zero,
+        .copy = cpu_copy,
         .synchronize = cpu_synchronize,
         .encoder_forward = cpu_encoder_forward,
         .encoder_backward = cpu_encoder_backward,

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Data-parallel training on the CPU under mpirun: dp_tests.sh CASE LOOM COMPARE FIXTURES
+#   parity:  for 1-4 ranks and ZeRO 0/1/2, a few steps with gradient accumulation match the
+#            one-process run with the same global batch (1e-6 relative); ZeRO 0 and 1 are
+#            bit-identical; without accumulation ZeRO 2 is bit-identical to ZeRO 1 too
+#   resume:  a 2-rank ZeRO-1 run killed and resumed equals the uninterrupted one bit for bit
+#   errors:  impossible layouts give one error line and every rank exits non-zero, no hang
+set -uo pipefail
+CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
+WORK=$(mktemp -d /tmp/loom_dp_XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+fail() { echo "FAIL [$CASE]: $*" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+run() { local np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$LOOM" "$@"; }
+# lr 5e-4: Adam turns the rounding noise of zero-gradient parameters (attention's key bias)
+# into +-lr steps whatever the order of summation, so the parity error grows with lr
+train() { "$LOOM" train --init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" --seq 16 \
+    --lr 5e-4 --warmup 2 --threads 1 "$@"; }
+rtrain() { local np=$1; shift; run "$np" train --init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" \
+    --seq 16 --lr 5e-4 --warmup 2 --threads 1 "$@"; }
+first_loss() { grep -m1 '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= t * b) }'; }
+
+case $CASE in
+parity)
+  # global batch 12 = ranks x accumulation x micro-batch 1; small buckets (several, the last ragged)
+  train --batch 1 --global-batch 12 --steps 4 --ckpt-dir ref --metrics ref.jsonl >/dev/null || fail "one-process run"
+  for np in 1 2 3 4; do
+    for z in 0 1 2; do
+      rtrain $np --batch 1 --global-batch 12 --steps 4 --zero $z --bucket-mb 0.01 --ckpt-dir d${np}_$z \
+        --metrics d${np}_$z.jsonl >log.txt 2>&1 || fail "np=$np zero=$z: $(tail -3 log.txt)"
+      err=$("$COMPARE" d${np}_$z/model_00000004.bin ref/model_00000004.bin 1e-6) ||
+        fail "np=$np zero=$z vs one process: $err"
+      close "$(first_loss d${np}_$z.jsonl)" "$(first_loss ref.jsonl)" 1e-6 || fail "np=$np zero=$z: first loss differs"
+      echo "ok: $np ranks, ZeRO $z: weights after 4 steps vs one process: $err"
+    done
+    "$COMPARE" d${np}_1/model_00000004.bin d${np}_0/model_00000004.bin 0 >/dev/null ||
+      fail "np=$np: ZeRO 1 differs from ZeRO 0"
+    echo "ok: $np ranks: ZeRO 0 and 1 bit-identical"
+  done
+  # no accumulation (micro-batch = global batch / ranks), one 25 MB bucket: ZeRO 2 == ZeRO 1
+  for np in 2 3; do
+    for z in 1 2; do
+      rtrain $np --batch $((12 / np)) --global-batch 12 --steps 3 --zero $z --ckpt-dir a${np}_$z >/dev/null 2>&1 ||
+        fail "np=$np zero=$z without accumulation"
+    done
+    "$COMPARE" a${np}_2/model_00000003.bin a${np}_1/model_00000003.bin 0 >/dev/null ||
+      fail "np=$np: ZeRO 2 differs from ZeRO 1 without accumulation"
+    echo "ok: $np ranks without accumulation: ZeRO 2 bit-identical to ZeRO 1"
+  done
+  ;;
+resume)
+  rtrain 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir full --ckpt-every 3 \
+    --metrics full.jsonl >/dev/null 2>&1 || fail "full run"
+  LOOM_FAULT=step:4 rtrain 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut \
+    --ckpt-every 3 --metrics cut.jsonl >/dev/null 2>&1 && fail "the run was not killed"
+  [ -f cut/ckpt_00000003.json ] && [ -f cut/state_00000003_00001.bin ] || fail "checkpoint 3 incomplete: $(ls cut)"
+  rtrain 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut --ckpt-every 3 \
+    --metrics cut.jsonl --resume >resume.txt 2>&1 || fail "resume: $(tail -3 resume.txt)"
+  grep -q "from step 3" resume.txt || fail "did not resume from step 3"
+  cmp full/model_00000006.bin cut/model_00000006.bin || fail "final weights differ"
+  for r in 0 1; do cmp full/state_00000006_0000$r.bin cut/state_00000006_0000$r.bin || fail "rank $r state differs"; done
+  expect=$(grep '"loss"' full.jsonl | sed 's/"step_time_s.*//' | tail -3)
+  [ "$(grep '"loss"' cut.jsonl | sed 's/"step_time_s.*//' | tail -3)" = "$expect" ] || fail "losses of steps 4-6 differ"
+  rtrain 3 --batch 1 --global-batch 6 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut --resume >err.txt 2>&1 &&
+    fail "resume on 3 ranks accepted"
+  grep -q "trained on 2 ranks with ZeRO 1, not 3 ranks" err.txt || fail "wrong-layout resume message: $(cat err.txt)"
+  echo "ok: 2-rank ZeRO-1 resume is bit-identical; a 3-rank resume is refused"
+  ;;
+errors)
+  # expect_mpi_error NP WANT ARGS...: non-zero exit, loom's error line exactly once, no hang
+  expect_mpi_error() {
+    local np=$1 want=$2; shift 2
+    rtrain "$np" "$@" >out.txt 2>err.txt && fail "'$*' on $np ranks succeeded"
+    [ $? -ne 124 ] || fail "'$*' on $np ranks hung"
+    [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] || fail "'$*': $(grep -c 'loom: error' err.txt) error lines: $(cat err.txt)"
+    grep 'loom: error: ' err.txt | grep -q -F -- "$want" || fail "'$*' error lacks '$want': $(cat err.txt)"
+    echo "ok: $(grep 'loom: error: ' err.txt)"
+  }
+  expect_mpi_error 3 "--global-batch 4 is not a positive multiple of 3 ranks x --batch 1" --batch 1 --global-batch 4 --steps 1
+  expect_mpi_error 2 "--bucket-mb must be > 0, got 0" --batch 1 --steps 1 --bucket-mb 0
+  expect_mpi_error 2 "unknown ZeRO stage 3" --batch 1 --steps 1 --zero 3
+  expect_mpi_error 4 "exceeds the 6000 tokens" --batch 400 --seq 16 --steps 1
+  ;;
+*) fail "unknown case" ;;
+esac

@@ -1,0 +1,137 @@
+// The data-parallel engine on synthetic flat buffers, alone or under mpirun -np N: for ZeRO
+// 0/1/2 and 1 or 3 micro-batches, gradients written stage by stage as a backward pass writes
+// them (each bucket must start its reduction only once all its gradients are final), then the
+// reduced gradients (the average over ranks) at every optimizer range, the ranges covering
+// each element exactly once over the ranks (ZeRO 1/2), the global norm, and the parameters
+// gathered back on every rank. Also the errors of impossible layouts.
+#include "harness.h"
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "core/rng.h"
+#include "parallel/data_parallel.h"
+
+#include <string.h>
+
+enum { L = 3 };
+static uint64_t g_seed;
+
+// four tensors: per-layer, final-norm-like (stage L), per-layer, embedding-like (stage -1)
+static int64_t make_specs(loom_param_spec *s) {
+    const loom_param_spec t[4] = {
+        {"a", 2, {L, 37}, 0, 0, INIT_ZERO, 0, true, true, 0},
+        {"b", 1, {17}, 0, 0, INIT_ZERO, 0, false, false, L},
+        {"c", 2, {L, 50}, 0, 0, INIT_ZERO, 0, true, true, 0},
+        {"d", 1, {29}, 0, 0, INIT_ZERO, 0, true, false, -1},
+    };
+    int64_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        s[i] = t[i];
+        s[i].numel = s[i].ndim == 2 ? s[i].shape[0] * s[i].shape[1] : s[i].shape[0];
+        s[i].offset = off;
+        off += s[i].numel;
+    }
+    return off;
+}
+
+static int stage_of(const loom_param_spec *s, int64_t i) {
+    for (int t = 0; t < 4; t++)
+        if (i >= s[t].offset && i < s[t].offset + s[t].numel)
+            return s[t].per_layer ? (int)((i - s[t].offset) / s[t].shape[1]) : s[t].grad_stage;
+    return -2;
+}
+
+static float grad(int r, int a, int64_t i) { return (float)loom_rng_normal(g_seed, (uint64_t)(100 * r + a), (uint64_t)i); }
+
+static void run_case(loom_comm *c, loom_backend *be, int zero, int A) {
+    int R = loom_comm_rank(c), W = loom_comm_size(c);
+    loom_param_spec specs[4];
+    int64_t N = make_specs(specs);
+    loom_dp *dp;
+    double bucket_mb = 40.0 * 4 / (1024 * 1024); // about 40 elements: several buckets
+    T_ASSERT(loom_dp_create(&dp, c, be, specs, 4, N, zero, bucket_mb) == LOOM_OK, "create: %s", loom_error_message());
+    float *grads = be->alloc(be, (size_t)N * 4), *params = be->alloc(be, (size_t)N * 4);
+    double *want = calloc((size_t)N, sizeof(double)), *scale = calloc((size_t)N, sizeof(double));
+    for (int64_t i = 0; i < N; i++) { // the average, and the size of its terms (sums may cancel)
+        for (int r = 0; r < W; r++)
+            for (int a = 0; a < A; a++) want[i] += grad(r, a, i), scale[i] += fabs(grad(r, a, i));
+        want[i] /= W, scale[i] /= W;
+        params[i] = NAN;
+    }
+    for (int a = 0; a < A; a++) {
+        loom_dp_begin_micro_batch(dp, grads, a, A);
+        for (int stage = L; stage >= -1; stage--) { // backward order, gradients final per stage
+            for (int64_t i = 0; i < N; i++)
+                if (stage_of(specs, i) == stage) grads[i] += grad(R, a, i);
+            loom_dp_grads_ready(dp, stage);
+        }
+        T_ASSERT(loom_dp_end_micro_batch(dp) == LOOM_OK, "end micro-batch");
+    }
+    void *reduced;
+    double norm;
+    T_ASSERT(loom_dp_reduced_grads(dp, &reduced, &norm) == LOOM_OK, "reduced grads");
+    int n;
+    const loom_param_range *ranges = loom_dp_ranges(dp, &n);
+    int32_t *cover = calloc((size_t)N, sizeof(int32_t));
+    double worst = 0, sumsq = 0;
+    for (int k = 0; k < n; k++)
+        for (int64_t j = 0; j < ranges[k].numel; j++) {
+            int64_t i = ranges[k].param_offset + j;
+            double g = ((float *)reduced)[ranges[k].state_offset + j], e = fabs(g - want[i]) / scale[i];
+            if (e > worst) worst = e;
+            cover[i]++;
+            params[i] = 2.0f * (float)g + 1.0f; // an "optimizer update" of this rank's elements
+        }
+    for (int64_t i = 0; i < N; i++) sumsq += want[i] * want[i];
+    loom_allreduce(c, cover, (size_t)N, LOOM_I32, LOOM_SUM, NULL);
+    int wrong_cover = 0;
+    for (int64_t i = 0; i < N; i++) wrong_cover += cover[i] != (zero == 0 ? W : 1);
+    T_ASSERT(worst < 1e-5, "ZeRO %d A=%d: reduced gradients rel err %g", zero, A, worst);
+    T_ASSERT(wrong_cover == 0, "ZeRO %d: %d elements not covered once per owner", zero, wrong_cover);
+    T_ASSERT(fabs(norm - sqrt(sumsq)) < 1e-5 * sqrt(sumsq), "ZeRO %d A=%d: norm %g vs %g", zero, A, norm, sqrt(sumsq));
+    T_ASSERT(loom_dp_gather_params(dp, params) == LOOM_OK, "gather params");
+    int bad = 0;
+    for (int64_t i = 0; i < N; i++) bad += !(fabs(params[i] - (2.0 * want[i] + 1.0)) < 1e-5 * (2 * fabs(want[i]) + 1));
+    T_ASSERT(bad == 0, "ZeRO %d A=%d: %d parameters wrong after the gather", zero, A, bad);
+    free(cover);
+    free(want);
+    free(scale);
+    be->free(be, grads);
+    be->free(be, params);
+    loom_dp_free(dp);
+}
+
+static void test_errors(loom_comm *c, loom_backend *be) {
+    loom_param_spec specs[4];
+    int64_t N = make_specs(specs);
+    loom_dp *dp;
+    T_ASSERT(loom_dp_create(&dp, c, be, specs, 4, N, 3, 25) == LOOM_EINVAL && strstr(loom_error_message(), "ZeRO stage 3"),
+             "zero 3: %s", loom_error_message());
+    T_ASSERT(loom_dp_create(&dp, c, be, specs, 4, N, 0, 0) == LOOM_EINVAL && strstr(loom_error_message(), "bucket"),
+             "bucket 0: %s", loom_error_message());
+    if (loom_comm_size(c) > 1) {
+        specs[0].numel = 1;
+        T_ASSERT(loom_dp_create(&dp, c, be, specs, 1, 1, 0, 25) == LOOM_EINVAL &&
+                     strstr(loom_error_message(), "exceed the model's 1 parameters"),
+                 "more ranks than parameters: %s", loom_error_message());
+    }
+}
+
+int main(int argc, char **argv) {
+    loom_comm *c;
+    loom_backend *be;
+    if (loom_comm_world(&argc, &argv, &c) != LOOM_OK || loom_backend_create(&be, "cpu", LOOM_F32) != LOOM_OK) return 1;
+    uint64_t seed = loom_comm_rank(c) == 0 ? t_seed() : 0;
+    loom_broadcast(c, &seed, 1, LOOM_F64, 0, NULL);
+    g_seed = seed;
+    for (int zero = 0; zero <= 2; zero++) {
+        run_case(c, be, zero, 1);
+        run_case(c, be, zero, 3);
+    }
+    test_errors(c, be);
+    printf("rank %d of %d: ", loom_comm_rank(c), loom_comm_size(c));
+    int rc = t_done("dp");
+    loom_backend_destroy(be);
+    loom_comm_finalize(c);
+    return rc;
+}
