@@ -18,6 +18,7 @@ static const command COMMANDS[] = {
     {"eval", loom_cmd_eval, "validation loss of a model file"},
     {"sample", loom_cmd_sample, "generate text from a model file"},
     {"bench", loom_cmd_bench, "time training steps of a named config"},
+    {"bench-comm", loom_cmd_bench_comm, "bandwidth of the collectives over the launched ranks"},
 };
 
 static void usage(FILE *f) {

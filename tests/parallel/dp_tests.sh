@@ -83,5 +83,19 @@ errors)
   expect_mpi_error 2 "unknown ZeRO stage 3" --batch 1 --steps 1 --zero 3
   expect_mpi_error 4 "exceeds the 6000 tokens" --batch 400 --seq 16 --steps 1
   ;;
+bench_comm)
+  # every op and size gets a row; busbw = algbw x the op's factor for n = 3; algbw = size / time
+  # (within the rounding of the printed two decimals)
+  run 3 bench-comm --op all --min-bytes 3K --max-bytes 96K --warmup 1 --iters 2 >out.txt 2>err.txt || fail "$(cat err.txt)"
+  rows=$(grep -c '^  ' out.txt)
+  [ "$rows" -eq 30 ] || fail "$rows rows, want 5 ops x 6 sizes: $(cat out.txt)"
+  awk '/^  / { f = ($1 == "allreduce") ? 4/3 : ($1 == "broadcast") ? 1 : 2/3;
+               d = $7 - f * $6; if (d < 0) d = -d; if (d > 0.02 * f * $6 + 0.011) { print "busbw factor", $0; bad = 1 }
+               a = $2 / ($5 * 1e-6) / 1e9; if ($6 < a * 0.95 - 0.01 || $6 > a * 1.05 + 0.01) { print "algbw", $0; bad = 1 } }
+       END { exit bad }' out.txt || fail "inconsistent bandwidths"
+  expect=$(run 2 bench-comm --op gather 2>&1 >/dev/null | grep -c "unknown collective 'gather'")
+  [ "$expect" -eq 1 ] || fail "unknown op not reported once"
+  echo "ok: bench-comm table over 3 ranks ($rows rows, busbw factors checked)"
+  ;;
 *) fail "unknown case" ;;
 esac
