@@ -24,6 +24,14 @@ loom_status loom_comm_world(int *argc, char ***argv, loom_comm **world) {
     return comm_mpi_world(argc, argv, world);
 }
 
+#ifndef LOOM_HAVE_CUDA
+loom_status loom_comm_nccl(loom_comm *host_group, void *compute_stream, loom_comm **out) {
+    *out = NULL;
+    return loom_fail(LOOM_EUNSUPPORTED, "build loom where nvcc and NCCL are installed",
+                     "device-memory collectives (NCCL) are not in this build");
+}
+#endif
+
 void loom_comm_finalize(loom_comm *world) {
     if (!world) return;
     bool mpi = strcmp(world->ops->name, "mpi") == 0;

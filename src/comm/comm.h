@@ -38,6 +38,13 @@ int loom_comm_local_rank(const loom_comm *c);  // rank among the ranks of this h
 int loom_comm_local_size(const loom_comm *c);  // ranks on this host
 const char *loom_comm_backend(const loom_comm *c); // "mpi", "nccl" or "self"
 
+// A group for device buffers over the same ranks as host_group (CUDA builds; NCCL, its
+// unique id broadcast over host_group). Its collectives run on a stream of their own, after
+// the work already queued on compute_stream (a cudaStream_t); waiting on a request makes
+// compute_stream wait for it without blocking the host. Errors: LOOM_EUNSUPPORTED in builds
+// without CUDA, LOOM_EIO when NCCL fails (the message is NCCL's).
+loom_status loom_comm_nccl(loom_comm *host_group, void *compute_stream, loom_comm **out);
+
 // Sub-groups: ranks with the same color form a group, ordered by key (MPI_Comm_split).
 loom_status loom_comm_split(loom_comm *c, int color, int key, loom_comm **out);
 void loom_comm_free(loom_comm *c);
