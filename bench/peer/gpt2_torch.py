@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The PyTorch peer that loom's GPU benchmarks run beside (on the device machine only; loom
+itself never runs Python). The same GPT-2 as loom: learned positions, pre-LayerNorm blocks,
+causal attention through scaled_dot_product_attention, GELU (tanh), tied output layer over the
+vocabulary padded to a multiple of 128 (loss over the real 50257), trained with BF16 autocast,
+fused AdamW (lr 6e-4, betas 0.9/0.95, weight decay 0.1 on matrices and embeddings) and
+torch.compile, on random tokens.
+
+  python3 gpt2_torch.py --model gpt2 --batch 16 --seq 1024 --steps 20
+  torchrun --nproc-per-node 2 gpt2_torch.py ...       # DDP over NCCL, batch per GPU
+
+Prints one JSON line: tokens/s (all ranks), MFU (6N + 6LTC FLOPs per token against 989 TFLOP/s
+per GPU), median step time, peak memory per GPU.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = {  # L, NH, C
+    "gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280), "gpt2-xl": (48, 25, 1600),
+}
+V, VP, MAXT, PEAK = 50257, 50304, 1024, 989e12
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.nh = NH
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.nh, C // self.nh).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, L, NH, C):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(VP, C), nn.Embedding(MAXT, C)
+        self.blocks = nn.ModuleList(Block(C, NH) for _ in range(L))
+        self.lnf = nn.LayerNorm(C)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith(("proj.weight", "fcproj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        logits = F.linear(self.lnf(x), self.wte.weight)[..., :V]
+        return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="gpt2", choices=CONFIGS)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--no-compile", action="store_true")
+    a = ap.parse_args()
+    world, rank, local = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    if world > 1:
+        torch.distributed.init_process_group("nccl")
+    torch.manual_seed(1337)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    L, NH, C = CONFIGS[a.model]
+    model = GPT2(L, NH, C).cuda()
+    n_params = sum(p.numel() for p in model.parameters()) - (VP - V) * C
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local], gradient_as_bucket_view=True,
+                                                          static_graph=True)
+    step_fn = model if a.no_compile else torch.compile(model)
+    g = torch.Generator(device="cuda").manual_seed(rank)
+    x = torch.randint(0, V, (a.batch, a.seq), device="cuda", generator=g)
+    y = torch.randint(0, V, (a.batch, a.seq), device="cuda", generator=g)
+    times = []
+    for i in range(a.warmup + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    step = sorted(times)[len(times) // 2]
+    tokens = a.batch * a.seq * world
+    flops = (6 * n_params + 6 * L * a.seq * C) * tokens
+    out = {"peer": "pytorch", "torch": torch.__version__, "model": a.model, "gpus": world, "batch": a.batch,
+           "seq": a.seq, "step_ms": step * 1e3, "tokens_per_s": tokens / step, "mfu": flops / step / (PEAK * world),
+           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}
+    if rank == 0:
+        print(json.dumps(out), flush=True)
+    if world > 1:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
