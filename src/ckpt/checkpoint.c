@@ -28,13 +28,14 @@ loom_status loom_ckpt_save_model(const char *dir, const loom_train_state *st, co
 }
 
 loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, int rank, const float *m,
-                                 const float *v, int64_t n) {
+                                 const float *v, const float *master, int64_t n) {
     char path[4200];
     state_path(path, sizeof path, dir, st->step, rank);
     int64_t h[32] = {LOOM_STATE_MAGIC, LOOM_STATE_VERSION, rank, st->world_size, st->step, n,
-                     st->data_position, (int64_t)st->seed, st->zero};
+                     st->data_position, (int64_t)st->seed, st->zero, master != NULL};
     size_t bytes = (size_t)n * sizeof(float);
-    return loom_atomic_save(path, (const void *[]){h, m, v}, (size_t[]){sizeof h, bytes, bytes}, 3);
+    return loom_atomic_save(path, (const void *[]){h, m, v, master},
+                            (size_t[]){sizeof h, bytes, bytes, bytes}, master ? 4 : 3);
 }
 
 static const char *NUMBERS[] = {"step", "world_size", "zero", "state_files", "bucket_elements", "micro_batch",
@@ -136,7 +137,8 @@ loom_status loom_ckpt_load_model(const char *dir, int64_t step, loom_gpt2_config
 }
 
 loom_status loom_ckpt_load_state(const char *dir, const loom_train_state *st, int rank, float *m, float *v,
-                                 int64_t n) {
+                                 float *master, bool *has_master, int64_t n) {
+    *has_master = false;
     char path[4200];
     state_path(path, sizeof path, dir, st->step, rank);
     FILE *f = fopen(path, "rb");
@@ -151,8 +153,11 @@ loom_status loom_ckpt_load_state(const char *dir, const loom_train_state *st, in
                       "with %lld", path, (long long)h[2], (long long)h[4], (long long)h[5], rank,
                       (long long)st->step, (long long)n);
     else if (fread(m, sizeof(float), (size_t)n, f) != (size_t)n ||
-             fread(v, sizeof(float), (size_t)n, f) != (size_t)n)
+             fread(v, sizeof(float), (size_t)n, f) != (size_t)n ||
+             (master && h[9] && fread(master, sizeof(float), (size_t)n, f) != (size_t)n))
         s = loom_fail(LOOM_EFORMAT, NULL, "optimizer state %s is truncated", path);
+    else
+        *has_master = master && h[9];
     fclose(f);
     return s;
 }

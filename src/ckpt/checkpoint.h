@@ -6,7 +6,8 @@
 //   state_S_R.bin        optimizer state of rank R (only rank 0 when every rank holds the whole
 //                        state, i.e. ZeRO 0): header of 32 int64 (magic 20241122, version 2,
 //                        rank, world size, step, elements, data position, seed, ZeRO stage), then
-//                        the AdamW first and second moments (fp32 each)
+//                        the AdamW first and second moments (fp32 each) and, in mixed
+//                        precision (header[9] = 1), the fp32 master weights
 //   ckpt_S.json          metadata (step, world size, ZeRO stage, bucket size, files, model
 //                        config, batch layout, seed, data position), written LAST by rank 0
 //                        after every rank has saved: its presence marks the checkpoint complete
@@ -15,6 +16,7 @@
 #pragma once
 #include "model/gpt2_config.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum { LOOM_STATE_MAGIC = 20241122, LOOM_STATE_VERSION = 2 };
@@ -32,9 +34,10 @@ typedef struct {
 // Rank 0: the model file of step st->step. Errors: LOOM_EIO naming the file.
 loom_status loom_ckpt_save_model(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
                                  const float *params, int64_t n);
-// Rank `rank`'s optimizer state (n elements of m and v). Errors: LOOM_EIO naming the file.
+// Rank `rank`'s optimizer state (n elements of m, v and master; master NULL in fp32 runs).
+// Errors: LOOM_EIO naming the file.
 loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, int rank, const float *m,
-                                 const float *v, int64_t n);
+                                 const float *v, const float *master, int64_t n);
 // Rank 0, after every rank saved: the metadata that completes the checkpoint. Errors: LOOM_EIO.
 loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg);
 
@@ -46,7 +49,8 @@ loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state 
 // The parameters of step `step` (malloc'ed, *n elements). Errors as loom_llmc_read.
 loom_status loom_ckpt_load_model(const char *dir, int64_t step, loom_gpt2_config *cfg, float **params,
                                  int64_t *n);
-// State file `rank` of step st->step into m, v (n elements each, checked against the header).
+// State file `rank` of step st->step into m, v (n elements each, checked against the header)
+// and, when master is not NULL and the file has them, the master weights (*has_master says).
 // Errors: LOOM_EIO / LOOM_EFORMAT naming the file and the disagreement.
 loom_status loom_ckpt_load_state(const char *dir, const loom_train_state *st, int rank, float *m, float *v,
-                                 int64_t n);
+                                 float *master, bool *has_master, int64_t n);

@@ -54,15 +54,20 @@ static loom_status resume(trainer *t, int64_t step) {
                       (long long)st->bucket_elements, (long long)loom_dp_bucket_elements(t->dp));
     if (s != LOOM_OK) return s;
     int64_t sn = loom_dp_state_elements(t->dp);
-    float *m = loom_xmalloc((size_t)sn * sizeof(float)), *v = loom_xmalloc((size_t)sn * sizeof(float));
-    s = loom_ckpt_load_state(o->ckpt_dir, st, o->zero == 0 ? 0 : t->rank, m, v, sn);
+    size_t bytes = (size_t)sn * sizeof(float);
+    float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
+    bool has_master;
+    s = loom_ckpt_load_state(o->ckpt_dir, st, o->zero == 0 ? 0 : t->rank, m, v, master, &has_master, sn);
     if (s == LOOM_OK) {
-        t->be->upload(t->be, t->opt->m, m, (size_t)sn * sizeof(float));
-        t->be->upload(t->be, t->opt->v, v, (size_t)sn * sizeof(float));
+        t->be->upload(t->be, t->opt->m, m, bytes);
+        t->be->upload(t->be, t->opt->v, v, bytes);
+        if (has_master) t->be->upload(t->be, t->opt->master, master, bytes);
+        else loom_adamw_init_master(t->opt, t->model->params, t->model->num_elements);
         t->opt->t = st->step;
     }
     free(m);
     free(v);
+    free(master);
     return s;
 }
 
@@ -81,6 +86,7 @@ static loom_status start(trainer *t) {
                                .seq_len = o->seq ? o->seq : t->model->cfg.max_seq_len,
                                .grad_accum = o->grad_accum};
     LOOM_TRY(create_dp_and_optimizer(t));
+    loom_adamw_init_master(t->opt, t->model->params, t->model->num_elements);
     set_layout(t);
     return LOOM_OK;
 }
@@ -182,12 +188,15 @@ loom_status train_checkpoint(trainer *t, bool *report) {
         free(params);
     }
     if (s == LOOM_OK && t->rank < t->st.state_files) {
-        float *m = loom_xmalloc((size_t)sn * sizeof(float)), *v = loom_xmalloc((size_t)sn * sizeof(float));
-        t->be->download(t->be, m, t->opt->m, (size_t)sn * sizeof(float));
-        t->be->download(t->be, v, t->opt->v, (size_t)sn * sizeof(float));
-        s = loom_ckpt_save_state(t->o.ckpt_dir, &t->st, t->rank, m, v, sn);
+        size_t bytes = (size_t)sn * sizeof(float);
+        float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
+        t->be->download(t->be, m, t->opt->m, bytes);
+        t->be->download(t->be, v, t->opt->v, bytes);
+        if (master) t->be->download(t->be, master, t->opt->master, bytes);
+        s = loom_ckpt_save_state(t->o.ckpt_dir, &t->st, t->rank, m, v, master, sn);
         free(m);
         free(v);
+        free(master);
     }
     LOOM_TRY(loom_comm_agree(t->world, s, report));
     if (t->rank == 0) s = loom_ckpt_save_meta(t->o.ckpt_dir, &t->st, &t->model->cfg);

@@ -1,6 +1,9 @@
 #include "core/tensor.h"
 
+#include "core/bf16.h"
 #include "core/status.h"
+
+#include <string.h>
 
 
 size_t loom_dtype_size(loom_dtype dt) {
@@ -11,6 +14,18 @@ size_t loom_dtype_size(loom_dtype dt) {
     case LOOM_F64: return 8;
     }
     return 0;
+}
+
+void loom_f32_to_dtype(void *dst, loom_dtype dt, const float *src, size_t n) {
+    LOOM_CHECK(dt == LOOM_F32 || dt == LOOM_BF16);
+    if (dt == LOOM_F32) memcpy(dst, src, n * sizeof(float));
+    else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = loom_f32_to_bf16(src[i]);
+}
+
+void loom_dtype_to_f32(float *dst, const void *src, loom_dtype dt, size_t n) {
+    LOOM_CHECK(dt == LOOM_F32 || dt == LOOM_BF16);
+    if (dt == LOOM_F32) memcpy(dst, src, n * sizeof(float));
+    else for (size_t i = 0; i < n; i++) dst[i] = loom_bf16_to_f32(((const uint16_t *)src)[i]);
 }
 
 const char *loom_dtype_name(loom_dtype dt) {

@@ -14,6 +14,9 @@ typedef struct {
 } loom_tensor;
 
 size_t loom_dtype_size(loom_dtype dt);
+// Host conversions between fp32 and a float dtype dt (F32 or BF16, round to nearest even).
+void loom_f32_to_dtype(void *dst, loom_dtype dt, const float *src, size_t n);
+void loom_dtype_to_f32(float *dst, const void *src, loom_dtype dt, size_t n);
 const char *loom_dtype_name(loom_dtype dt);
 
 // A view of dims `shape[0..ndim)` starting at `data`.

@@ -127,19 +127,32 @@ void loom_gpt2_init(loom_gpt2 *m, uint64_t seed) {
     free(host);
 }
 
+// fp32 host values <-> n elements of the backend's dtype at dev
+static void upload_f32(loom_backend *be, void *dev, const float *host, size_t n) {
+    void *tmp = loom_xmalloc(n * loom_dtype_size(be->dtype));
+    loom_f32_to_dtype(tmp, be->dtype, host, n);
+    be->upload(be, dev, tmp, n * loom_dtype_size(be->dtype));
+    free(tmp);
+}
+
+static void download_f32(loom_backend *be, float *host, const void *dev, size_t n) {
+    void *tmp = loom_xmalloc(n * loom_dtype_size(be->dtype));
+    be->download(be, tmp, dev, n * loom_dtype_size(be->dtype));
+    loom_dtype_to_f32(host, tmp, be->dtype, n);
+    free(tmp);
+}
+
 void loom_gpt2_set_params(loom_gpt2 *m, const float *host) {
-    LOOM_CHECK(m->be->dtype == LOOM_F32);
-    m->be->upload(m->be, m->params, host, (size_t)m->num_elements * sizeof(float));
+    upload_f32(m->be, m->params, host, (size_t)m->num_elements);
 }
 
 void loom_gpt2_get_params(loom_gpt2 *m, float *host) {
-    LOOM_CHECK(m->be->dtype == LOOM_F32);
-    m->be->download(m->be, host, m->params, (size_t)m->num_elements * sizeof(float));
+    download_f32(m->be, host, m->params, (size_t)m->num_elements);
 }
 
 void loom_gpt2_get_grads(loom_gpt2 *m, float *host) {
-    LOOM_CHECK(m->be->dtype == LOOM_F32 && m->grads);
-    m->be->download(m->be, host, m->grads, (size_t)m->num_elements * sizeof(float));
+    LOOM_CHECK(m->grads);
+    download_f32(m->be, host, m->grads, (size_t)m->num_elements);
 }
 
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
@@ -319,11 +332,10 @@ void loom_gpt2_zero_grads(loom_gpt2 *m) {
 }
 
 void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits) {
-    LOOM_CHECK(m->be->dtype == LOOM_F32);
     loom_gpt2_acts a = upload_batch(m, tokens, NULL, 1, T);
     forward_blocks(m, &a);
     loom_tensor last = loom_row_slice(&a.lnf, T - 1, T);
     loom_tensor out = loom_row_slice(&a.logits, 0, 1);
     m->be->matmul_forward(m->be, out, last, m->p[P_WTE], no_tensor());
-    m->be->download(m->be, logits, out.data, (size_t)m->cfg.padded_vocab_size * sizeof(float));
+    download_f32(m->be, logits, out.data, (size_t)m->cfg.padded_vocab_size);
 }

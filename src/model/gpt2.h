@@ -67,7 +67,8 @@ loom_status loom_gpt2_create(loom_gpt2 **out, loom_backend *be, const loom_gpt2_
 void loom_gpt2_free(loom_gpt2 *m);
 // GPT-2 initialisation from (seed, tensor, element) (see gpt2_params.h).
 void loom_gpt2_init(loom_gpt2 *m, uint64_t seed);
-// Copies all parameters from/to host fp32 arrays of num_elements values (table order).
+// Copies all parameters from/to host fp32 arrays of num_elements values (table order),
+// converting to and from the backend's dtype.
 void loom_gpt2_set_params(loom_gpt2 *m, const float *host);
 void loom_gpt2_get_params(loom_gpt2 *m, float *host);
 void loom_gpt2_get_grads(loom_gpt2 *m, float *host);

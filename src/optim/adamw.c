@@ -10,15 +10,17 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
     o->n = n;
     o->m = be->alloc(be, (size_t)n * sizeof(float));
     o->v = be->alloc(be, (size_t)n * sizeof(float));
+    bool mixed = be->dtype != LOOM_F32;
+    if (mixed) o->master = be->alloc(be, (size_t)n * sizeof(float));
     o->ranges = loom_xmalloc((size_t)nranges * sizeof *ranges);
     memcpy(o->ranges, ranges, (size_t)nranges * sizeof *ranges);
     o->nranges = nranges;
     *out = o;
-    if (!o->m || !o->v) {
+    if (!o->m || !o->v || (mixed && !o->master)) {
         loom_adamw_free(o);
         *out = NULL;
         return loom_fail(LOOM_ENOMEM, "use a smaller model",
-                         "cannot allocate %lld bytes of AdamW moments", (long long)(8 * n));
+                         "cannot allocate %lld bytes of AdamW state", (long long)((mixed ? 12 : 8) * n));
     }
     return LOOM_OK;
 }
@@ -27,8 +29,26 @@ void loom_adamw_free(loom_adamw *o) {
     if (!o) return;
     o->be->free(o->be, o->m);
     o->be->free(o->be, o->v);
+    o->be->free(o->be, o->master);
     free(o->ranges);
     free(o);
+}
+
+void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements) {
+    if (!o->master) return;
+    loom_backend *be = o->be;
+    size_t es = loom_dtype_size(be->dtype);
+    void *raw = loom_xmalloc((size_t)num_elements * es);
+    float *p = loom_xmalloc((size_t)num_elements * sizeof(float)), *master = loom_xcalloc((size_t)o->n, sizeof(float));
+    be->download(be, raw, params, (size_t)num_elements * es);
+    loom_dtype_to_f32(p, raw, be->dtype, (size_t)num_elements);
+    for (int r = 0; r < o->nranges; r++)
+        memcpy(master + o->ranges[r].state_offset, p + o->ranges[r].param_offset,
+               (size_t)o->ranges[r].numel * sizeof(float));
+    be->upload(be, o->master, master, (size_t)o->n * sizeof(float));
+    free(raw);
+    free(p);
+    free(master);
 }
 
 double loom_grad_norm(loom_backend *be, void *grads, int64_t n) {
@@ -57,7 +77,8 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                                 .grad_scale = grad_scale,
                                 .t = o->t};
         be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->param_offset * es, be->dtype, &n, 1),
-                         (loom_tensor){0},
+                         o->master ? loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1)
+                                   : (loom_tensor){0},
                          loom_view_dims((char *)grads + (size_t)g->state_offset * es, be->dtype, &n, 1),
                          loom_view_dims((float *)o->m + g->state_offset, LOOM_F32, &n, 1),
                          loom_view_dims((float *)o->v + g->state_offset, LOOM_F32, &n, 1), args);

@@ -26,6 +26,7 @@ typedef struct {
     loom_backend *be;
     int64_t n;            // elements of optimizer state (the whole model, or a shard)
     void *m, *v;          // (n) fp32 first and second moments
+    void *master;         // (n) fp32 master weights when be->dtype is lower precision, else NULL
     loom_param_range *ranges;
     int nranges;
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
@@ -36,6 +37,9 @@ typedef struct {
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
                               const loom_param_range *ranges, int nranges);
 void loom_adamw_free(loom_adamw *o);
+// Mixed precision: sets the master weights of every range from the (lower-precision) parameters
+// (num_elements of be->dtype). No-op when there are no master weights.
+void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements);
 
 // Global L2 norm of the gradients (n elements of be->dtype at `grads`).
 double loom_grad_norm(loom_backend *be, void *grads, int64_t n);
@@ -43,6 +47,7 @@ double loom_grad_norm(loom_backend *be, void *grads, int64_t n);
 float loom_clip_scale(double norm, float max_norm);
 
 // One update of every range: params -= AdamW(grads * grad_scale) at learning rate lr; grads
-// (n elements of be->dtype) are indexed like the state.
+// (n elements of be->dtype) are indexed like the state. With master weights the update is
+// made on them in fp32 and the parameters are their rounding.
 void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                      const loom_adamw_config *cfg, float grad_scale);
