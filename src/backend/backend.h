@@ -114,7 +114,8 @@ struct loom_backend {
     void (*destroy)(loom_backend *be);
 };
 
-// Creates the backend for `device` ("cpu"; "cuda" in builds with CUDA) computing in `dtype`.
+// Creates the backend for `device` ("cpu"; "cuda" or "cuda:N" for GPU N, in builds with CUDA)
+// computing in `dtype`.
 // Errors: LOOM_EINVAL for an unknown device name, LOOM_EUNSUPPORTED for a device this build or
 // machine lacks or a dtype the device does not implement (the CPU computes in fp32 only).
 loom_status loom_backend_create(loom_backend **out, const char *device, loom_dtype dtype);
@@ -122,3 +123,7 @@ void loom_backend_destroy(loom_backend *be);
 
 // Backend constructors (one per implementation).
 loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);
+// CUDA (builds with LOOM_HAVE_CUDA; src/backend/cuda): fp32 or bf16 on CUDA device
+// `device_index` (made current), or the current device when it is -1. LOOM_EUNSUPPORTED when
+// the machine has no CUDA device, no device of that index, or none this build has kernels for.
+loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype dtype, int device_index);

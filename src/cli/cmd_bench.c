@@ -51,7 +51,7 @@ static double matmul_rate(loom_backend *be, int64_t n) {
 }
 
 int loom_cmd_bench(int argc, char **argv) {
-    const char *model = "gpt2", *device = "cpu";
+    const char *model = "gpt2", *device = "auto", *precision = "auto";
     int B = 4, T = 0, steps = 3, warmup = 1, threads = 0;
     float peak_tflops = 0;
     const loom_flag flags[] = {
@@ -61,7 +61,8 @@ int loom_cmd_bench(int argc, char **argv) {
         {"steps", FLAG_INT, &steps, "timed steps"},
         {"warmup", FLAG_INT, &warmup, "untimed steps first"},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: report against the measured matmul rate only)"},
-        {"device", FLAG_STR, &device, "cpu"},
+        {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
+        {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)"},
     };
     const loom_cli cli = {"bench", "Time training steps of a named config on random tokens.",
@@ -79,7 +80,7 @@ int loom_cmd_bench(int argc, char **argv) {
     if (s == LOOM_OK && (steps < 1 || warmup < 0))
         s = loom_fail(LOOM_EINVAL, "use --steps >= 1 and --warmup >= 0", "bad --steps %d / --warmup %d", steps, warmup);
     if (s == LOOM_OK) s = cli_model_config(model, 0, 0, 0, 0, &cfg);
-    if (s == LOOM_OK) s = cli_open_backend(device, threads, &be);
+    if (s == LOOM_OK) s = cli_open_backend(device, precision, threads, 0, &be);
     if (s == LOOM_OK) s = loom_gpt2_create(&m, be, &cfg);
     if (s == LOOM_OK) {
         T = T ? T : cfg.max_seq_len;

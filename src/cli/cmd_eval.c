@@ -7,7 +7,7 @@
 #include "data/loader.h"
 
 int loom_cmd_eval(int argc, char **argv) {
-    const char *model_path = NULL, *data = NULL, *device = "cpu";
+    const char *model_path = NULL, *data = NULL, *device = "auto", *precision = "auto";
     int B = 4, T = 0, batches = 10, threads = 0;
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model_path, "llm.c model file (version 3 fp32 or 5 bf16)"},
@@ -15,7 +15,8 @@ int loom_cmd_eval(int argc, char **argv) {
         {"batch", FLAG_INT, &B, "micro-batch size B"},
         {"seq", FLAG_INT, &T, "sequence length T (0: the model's maximum)"},
         {"batches", FLAG_INT, &batches, "micro-batches to average over"},
-        {"device", FLAG_STR, &device, "cpu"},
+        {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
+        {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)"},
     };
     const loom_cli cli = {"eval", "Mean next-token loss of a model on token shards.",
@@ -34,7 +35,7 @@ int loom_cmd_eval(int argc, char **argv) {
         s = loom_fail(LOOM_EINVAL, "run 'loom eval --help'", "--model and --data are required");
     if (s == LOOM_OK && batches < 1)
         s = loom_fail(LOOM_EINVAL, "use --batches 1 or more", "--batches must be >= 1, got %d", batches);
-    if (s == LOOM_OK) s = cli_open_backend(device, threads, &be);
+    if (s == LOOM_OK) s = cli_open_backend(device, precision, threads, 0, &be);
     if (s == LOOM_OK) s = cli_load_model(be, model_path, &m);
     if (s == LOOM_OK && T == 0) T = m->cfg.max_seq_len;
     if (s == LOOM_OK) s = loom_gpt2_alloc(m, B, T, false);

@@ -10,7 +10,7 @@
 
 
 int loom_cmd_sample(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = "", *device = "cpu", *vocab = NULL;
+    const char *model_path = NULL, *prompt = "", *device = "auto", *precision = "auto", *vocab = NULL;
     int n = 64, top_k = 40, threads = 0;
     float temperature = 1.0f;
     int64_t seed = 1337;
@@ -22,7 +22,8 @@ int loom_cmd_sample(int argc, char **argv) {
         {"top-k", FLAG_INT, &top_k, "sample among the k most likely tokens (0: all)"},
         {"seed", FLAG_I64, &seed, "sampling seed"},
         {"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe (default: the npm package)"},
-        {"device", FLAG_STR, &device, "cpu"},
+        {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
+        {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)"},
     };
     const loom_cli cli = {"sample", "Generate text from a model.",
@@ -44,7 +45,7 @@ int loom_cmd_sample(int argc, char **argv) {
                       "bad sampling flags: tokens %d, top-k %d, temperature %g", n, top_k, (double)temperature);
     if (s == LOOM_OK) s = loom_tokenizer_load(&tok, vocab);
     if (s == LOOM_OK) s = loom_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &nids);
-    if (s == LOOM_OK) s = cli_open_backend(device, threads, &be);
+    if (s == LOOM_OK) s = cli_open_backend(device, precision, threads, 0, &be);
     if (s == LOOM_OK) s = cli_load_model(be, model_path, &m);
     if (s == LOOM_OK) {
         int ctx = (int)nids + n < m->cfg.max_seq_len ? (int)nids + n : m->cfg.max_seq_len;

@@ -5,8 +5,16 @@
 
 #include <stdint.h>
 
-// Sets the OpenMP thread count (threads <= 0: all cores) and creates the backend for `device`.
-loom_status cli_open_backend(const char *device, int threads, loom_backend **be);
+// Sets the OpenMP thread count (threads <= 0: all cores) and creates the backend:
+//   device "auto" (a GPU when there is one, else the CPU), "cpu", "cuda" or "cuda:N" — "cuda"
+//   takes GPU `local_rank`, the rank's index among the ranks of its host;
+//   precision "auto" (bf16 on a GPU, fp32 on the CPU), "fp32" or "bf16".
+// Errors: LOOM_EINVAL for an unknown precision, those of loom_backend_create.
+loom_status cli_open_backend(const char *device, const char *precision, int threads, int local_rank,
+                             loom_backend **be);
+// Help texts of the --device and --precision flags.
+#define CLI_DEVICE_HELP "auto (a GPU when present, else cpu), cpu, cuda, cuda:N"
+#define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32 or bf16"
 // Model from an llm.c model file, parameters loaded. Errors as loom_llmc_read.
 loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m);
 // Config from a named model with optional overrides (values <= 0 keep the named value).

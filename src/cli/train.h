@@ -14,7 +14,8 @@
 
 typedef struct {
     train_options o;
-    loom_comm *world;          // the data-parallel group: every rank of the run
+    loom_comm *world;          // the data-parallel group: every rank of the run (host values)
+    loom_comm *device_world;   // the same ranks for GPU buffers (NCCL), or NULL: world serves
     int rank, world_size;
     loom_backend *be;
     loom_gpt2 *model;

@@ -29,7 +29,7 @@ typedef struct {
     const char *ckpt_dir, *metrics;
     bool resume;
     // execution and parallelism
-    const char *device;
+    const char *device, *precision;
     int threads;
     int zero;        // ZeRO stage 0, 1, 2
     float bucket_mb; // gradient bucket size

@@ -1,6 +1,9 @@
 // `loom train` set-up, checkpoints and teardown; see train.h.
 #include "cli/common.h"
 #include "cli/train.h"
+#ifdef LOOM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "core/log.h"
 
 #include <errno.h>
@@ -8,10 +11,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-// Data parallelism over the world and the optimizer over this rank's state.
+// Data parallelism over the world (its GPU buffers through NCCL) and the optimizer over this
+// rank's state.
 static loom_status create_dp_and_optimizer(trainer *t) {
     const loom_gpt2 *m = t->model;
-    LOOM_TRY(loom_dp_create(&t->dp, t->world, t->be, m->specs, LOOM_GPT2_NUM_TENSORS, m->num_elements,
+#ifdef LOOM_HAVE_CUDA
+    if (strcmp(t->be->name, "cuda") == 0 && t->world_size > 1)
+        LOOM_TRY(loom_comm_nccl(t->world, loom_cuda_stream(t->be), &t->device_world));
+#endif
+    loom_comm *comm = t->device_world ? t->device_world : t->world;
+    LOOM_TRY(loom_dp_create(&t->dp, comm, t->world, t->be, m->specs, LOOM_GPT2_NUM_TENSORS, m->num_elements,
                             t->o.zero, t->o.bucket_mb));
     int n;
     const loom_param_range *ranges = loom_dp_ranges(t->dp, &n);
@@ -94,7 +103,8 @@ static loom_status start(trainer *t) {
 loom_status train_setup(trainer *t) {
     const train_options *o = &t->o;
     int threads = o->threads ? o->threads : omp_get_num_procs() / loom_comm_local_size(t->world);
-    LOOM_TRY(cli_open_backend(o->device, threads > 0 ? threads : 1, &t->be));
+    LOOM_TRY(cli_open_backend(o->device, o->precision, threads > 0 ? threads : 1, loom_comm_local_rank(t->world),
+                              &t->be));
     if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
         return loom_fail(LOOM_EIO, "check --ckpt-dir", "cannot create checkpoint folder %s: %s",
                          o->ckpt_dir, strerror(errno));
@@ -157,7 +167,8 @@ void train_print_config(const trainer *t) {
                       o->val_every);
     if (o->ckpt_dir) cli_table_row("checkpoints", "%s every %d steps", o->ckpt_dir, o->ckpt_every);
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
-    cli_table_row("device", "%s, %d threads per rank", t->be->name, omp_get_max_threads());
+    cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
+                  omp_get_max_threads());
     cli_table_row("memory per rank", "%s model + activations, %s AdamW moments", mem, opt_mem);
     cli_table_rule();
 }
@@ -214,6 +225,7 @@ void train_teardown(trainer *t) {
     loom_loader_close(t->val);
     loom_adamw_free(t->opt);
     loom_dp_free(t->dp);
+    loom_comm_free(t->device_world);
     loom_gpt2_free(t->model);
     loom_backend_destroy(t->be);
 }

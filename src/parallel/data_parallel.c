@@ -19,7 +19,7 @@ typedef struct {
 } bucket;
 
 struct loom_dp {
-    loom_comm *comm;
+    loom_comm *comm, *host;   // the backend's buffers; host values
     loom_backend *be;
     int zero, W, R;
     size_t es;                // bytes per element (be->dtype)
@@ -73,8 +73,9 @@ static void make_ranges(loom_dp *dp, const loom_param_spec *specs, int nspecs) {
     }
 }
 
-loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_backend *be, const loom_param_spec *specs,
-                           int nspecs, int64_t num_elements, int zero, double bucket_mb) {
+loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_backend *be,
+                           const loom_param_spec *specs, int nspecs, int64_t num_elements, int zero,
+                           double bucket_mb) {
     *out = NULL;
     int W = loom_comm_size(comm);
     if (zero < 0 || zero > 2) return loom_fail(LOOM_EINVAL, "use --zero 0, 1 or 2", "unknown ZeRO stage %d", zero);
@@ -84,7 +85,7 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_backend *be, con
         return loom_fail(LOOM_EINVAL, "use fewer ranks or a larger model",
                          "%d ranks exceed the model's %lld parameters", W, (long long)num_elements);
     loom_dp *dp = loom_xcalloc(1, sizeof *dp);
-    *dp = (loom_dp){.comm = comm, .be = be, .zero = zero, .W = W, .R = loom_comm_rank(comm),
+    *dp = (loom_dp){.comm = comm, .host = host, .be = be, .zero = zero, .W = W, .R = loom_comm_rank(comm),
                     .es = loom_dtype_size(be->dtype), .num_elements = num_elements};
     int64_t E = (int64_t)(bucket_mb * 1024 * 1024 / (double)dp->es) / W * W;
     if (E < W) E = W;
@@ -244,7 +245,7 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm) {
     } else {
         *grads = dp->shard;
         double *each = loom_xmalloc((size_t)dp->W * sizeof(double)), mine = piece_sumsq(dp, dp->R, true);
-        loom_status s = loom_allgather(dp->comm, &mine, each, 1, LOOM_F64, NULL);
+        loom_status s = loom_allgather(dp->host, &mine, each, 1, LOOM_F64, NULL);
         for (int r = 0; r < dp->W; r++) sumsq += each[r];
         free(each);
         LOOM_TRY(s);

@@ -28,11 +28,13 @@
 
 typedef struct loom_dp loom_dp;
 
-// specs (nspecs) describe the flat buffers of num_elements (per_layer tensors have L layers).
-// Errors: LOOM_EINVAL naming the value for a ZeRO stage outside 0..2, a bucket size <= 0, or
-// more ranks than parameters; LOOM_ENOMEM.
-loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_backend *be, const loom_param_spec *specs,
-                           int nspecs, int64_t num_elements, int zero, double bucket_mb);
+// comm reduces the backend's buffers (NCCL for GPU memory), host the same ranks' host values
+// (the same group on the CPU). specs (nspecs) describe the flat buffers of num_elements
+// (per_layer tensors have L layers). Errors: LOOM_EINVAL naming the value for a ZeRO stage
+// outside 0..2, a bucket size <= 0, or more ranks than parameters; LOOM_ENOMEM.
+loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_backend *be,
+                           const loom_param_spec *specs, int nspecs, int64_t num_elements, int zero,
+                           double bucket_mb);
 void loom_dp_free(loom_dp *dp);
 
 // The optimizer's ranges over this rank's state, and the state's element count.

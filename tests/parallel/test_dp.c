@@ -49,7 +49,7 @@ static void run_case(loom_comm *c, loom_backend *be, int zero, int A) {
     int64_t N = make_specs(specs);
     loom_dp *dp;
     double bucket_mb = 40.0 * 4 / (1024 * 1024); // about 40 elements: several buckets
-    T_ASSERT(loom_dp_create(&dp, c, be, specs, 4, N, zero, bucket_mb) == LOOM_OK, "create: %s", loom_error_message());
+    T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 4, N, zero, bucket_mb) == LOOM_OK, "create: %s", loom_error_message());
     float *grads = be->alloc(be, (size_t)N * 4), *params = be->alloc(be, (size_t)N * 4);
     double *want = calloc((size_t)N, sizeof(double)), *scale = calloc((size_t)N, sizeof(double));
     for (int64_t i = 0; i < N; i++) { // the average, and the size of its terms (sums may cancel)
@@ -105,13 +105,13 @@ static void test_errors(loom_comm *c, loom_backend *be) {
     loom_param_spec specs[4];
     int64_t N = make_specs(specs);
     loom_dp *dp;
-    T_ASSERT(loom_dp_create(&dp, c, be, specs, 4, N, 3, 25) == LOOM_EINVAL && strstr(loom_error_message(), "ZeRO stage 3"),
+    T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 4, N, 3, 25) == LOOM_EINVAL && strstr(loom_error_message(), "ZeRO stage 3"),
              "zero 3: %s", loom_error_message());
-    T_ASSERT(loom_dp_create(&dp, c, be, specs, 4, N, 0, 0) == LOOM_EINVAL && strstr(loom_error_message(), "bucket"),
+    T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 4, N, 0, 0) == LOOM_EINVAL && strstr(loom_error_message(), "bucket"),
              "bucket 0: %s", loom_error_message());
     if (loom_comm_size(c) > 1) {
         specs[0].numel = 1;
-        T_ASSERT(loom_dp_create(&dp, c, be, specs, 1, 1, 0, 25) == LOOM_EINVAL &&
+        T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 1, 1, 0, 25) == LOOM_EINVAL &&
                      strstr(loom_error_message(), "exceed the model's 1 parameters"),
                  "more ranks than parameters: %s", loom_error_message());
     }

@@ -1,0 +1,44 @@
+// AdamW (Loshchilov & Hutter, ICLR'19) on one contiguous range, the update of
+// torch.optim.AdamW exactly as the CPU reference writes it (backend.h gives the formula):
+//   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+//   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
+// param/grad (n) be->dtype, m/v (n) fp32. With master weights (master.data != NULL, fp32) the
+// update runs on the master copy and param receives it rounded to nearest (bf16); without, the
+// update runs on param itself. Bias corrections are computed once on the host in fp64.
+#include "backend/cuda/cuda_ops.h"
+
+#include <math.h>
+
+#define ADAMW_THREADS 256
+
+__global__ void adamw_kernel(void *param, float *master, const void *grad, float *m, float *v,
+                             int64_t n, loom_adamw_args a, float bc1, float bc2, bool bf) {
+    GRID_STRIDE(i, n) {
+        float g = ldx(grad, i, bf) * a.grad_scale;
+        float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
+        float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = master ? master[i] : ldx(param, i, bf);
+        p -= a.lr * ((mi / bc1) / (sqrtf(vi / bc2) + a.eps) + a.weight_decay * p);
+        if (master) master[i] = p;
+        stx(param, i, p, bf);
+    }
+}
+
+extern "C" void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master,
+                                  loom_tensor grad, loom_tensor m, loom_tensor v,
+                                  loom_adamw_args args) {
+    bool bf = cuda_act(be, param);
+    int64_t n = loom_numel(&param);
+    LOOM_CHECK(cuda_act(be, grad) == bf && args.t >= 1);
+    LOOM_CHECK(loom_numel(&grad) == n && loom_numel(&m) == n && loom_numel(&v) == n);
+    float *mp = master.data ? cuda_f32(master) : NULL;
+    if (mp) LOOM_CHECK(loom_numel(&master) == n);
+    if (!n) return;
+    float bc1 = (float)(1.0 - pow(args.beta1, (double)args.t)),
+          bc2 = (float)(1.0 - pow(args.beta2, (double)args.t));
+    adamw_kernel<<<cuda_blocks(n, ADAMW_THREADS), ADAMW_THREADS, 0, cuda_of(be)->stream>>>(
+        param.data, mp, grad.data, cuda_f32(m), cuda_f32(v), n, args, bc1, bc2, bf);
+    CUDA_LAUNCH_CHECK();
+}

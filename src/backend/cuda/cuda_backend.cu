@@ -1,0 +1,174 @@
+// The CUDA backend: the loom_backend table for one NVIDIA GPU (built for sm_90: H100/H200).
+// Memory is device memory from cudaMalloc; every op, copy and memset runs on one stream that the
+// backend owns (loom_cuda_stream exposes it); upload, download, alloc and free wait for the
+// stream, the ops do not. Matmuls go through one cuBLASLt handle with one workspace; the other
+// ops are kernels, one concept per file beside this one (cuda_ops.h lists them).
+#include "backend/cuda/cuda_ops.h"
+
+#include <string.h>
+
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20) // cuBLASLt workspace (Hopper kernels like 32 MiB)
+
+void cuda_check_failed(const char *what, const char *error, const char *call, const char *file,
+                       int line) {
+    fprintf(stderr, "loom: %s error at %s:%d: %s (%s)\n", what, file, line, error, call);
+    abort();
+}
+
+static void *cuda_alloc(loom_backend *be, size_t bytes) {
+    loom_cuda *cu = cuda_of(be);
+    size_t n = bytes == 0 ? 256 : bytes; // never NULL for a valid request
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); // clear it: running out is the caller's to report
+        return NULL;
+    }
+    CUDA_CHECK(e);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n, cu->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    return p;
+}
+
+static void cuda_free(loom_backend *be, void *p) {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->stream)); // no op may still use it
+    CUDA_CHECK(cudaFree(p));
+}
+
+static void cuda_upload(loom_backend *be, void *dst, const void *host_src, size_t bytes) {
+    if (!bytes) return;
+    loom_cuda *cu = cuda_of(be);
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cu->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // the caller may reuse host_src at once
+}
+
+static void cuda_download(loom_backend *be, void *host_dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    loom_cuda *cu = cuda_of(be);
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cu->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+}
+
+static void cuda_zero(loom_backend *be, void *p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cuda_of(be)->stream));
+}
+
+static void cuda_copy(loom_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_of(be)->stream));
+}
+
+static void cuda_synchronize(loom_backend *be) {
+    CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->stream));
+}
+
+void *cuda_scratch(loom_cuda *cu, size_t bytes) {
+    if (bytes > cu->scratch_bytes) {
+        CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // earlier ops may still read the old one
+        if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
+        size_t n = bytes > 2 * cu->scratch_bytes ? bytes : 2 * cu->scratch_bytes;
+        n = (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); // whole MiB
+        cu->scratch = NULL;
+        CUDA_CHECK(cudaMalloc(&cu->scratch, n));
+        cu->scratch_bytes = n;
+    }
+    return cu->scratch;
+}
+
+static void cuda_destroy(loom_backend *be) {
+    loom_cuda *cu = cuda_of(be);
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
+    CUDA_CHECK(cudaFree(cu->workspace));
+    CUBLAS_CHECK(cublasLtDestroy(cu->lt));
+    CUDA_CHECK(cudaStreamDestroy(cu->stream));
+    free(cu);
+}
+
+extern "C" cudaStream_t loom_cuda_stream(loom_backend *be) {
+    LOOM_CHECK(be && strcmp(be->name, "cuda") == 0);
+    return cuda_of(be)->stream;
+}
+
+// The device this process uses (index, made current; -1: the current one), or a one-line
+// failure when there is none or it is not one this build has kernels for.
+static loom_status cuda_pick_device(int index, int *device) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        const char *why = e == cudaSuccess || e == cudaErrorNoDevice ? "none found"
+                          : e == cudaErrorInsufficientDriver
+                              ? "the NVIDIA driver is missing or older than this build's CUDA runtime"
+                              : cudaGetErrorString(e);
+        return loom_fail(LOOM_EUNSUPPORTED, "run on a machine with an NVIDIA GPU and driver, or use --device cpu",
+                         "no CUDA device: %s", why);
+    }
+    if (index >= count)
+        return loom_fail(LOOM_EUNSUPPORTED, "run one rank per GPU on each host",
+                         "CUDA device %d asked for, but this host has %d", index, count);
+    if (index >= 0) CUDA_CHECK(cudaSetDevice(index));
+    CUDA_CHECK(cudaGetDevice(device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, *device));
+    if (prop.major != 9)
+        return loom_fail(LOOM_EUNSUPPORTED, "use an H100/H200 (compute capability 9.0), or --device cpu",
+                         "CUDA device %d (%s) has compute capability %d.%d; this build has kernels for 9.0 only",
+                         *device, prop.name, prop.major, prop.minor);
+    return LOOM_OK;
+}
+
+extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype dtype, int device_index) {
+    *out = NULL;
+    if (dtype != LOOM_F32 && dtype != LOOM_BF16)
+        return loom_fail(LOOM_EUNSUPPORTED, "use --precision bf16 or fp32",
+                         "the cuda backend computes in bf16 or fp32, not %s", loom_dtype_name(dtype));
+    int device = 0;
+    LOOM_TRY(cuda_pick_device(device_index, &device));
+    loom_cuda *cu = (loom_cuda *)loom_xcalloc(1, sizeof *cu);
+    cu->device = device;
+    const char *debug = getenv("LOOM_CUDA_DEBUG");
+    cu->debug = debug && strcmp(debug, "0") != 0;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasLtCreate(&cu->lt));
+    cu->workspace_bytes = LT_WORKSPACE_BYTES;
+    cudaError_t e = cudaMalloc(&cu->workspace, cu->workspace_bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        CUBLAS_CHECK(cublasLtDestroy(cu->lt));
+        CUDA_CHECK(cudaStreamDestroy(cu->stream));
+        free(cu);
+        return loom_fail(LOOM_ENOMEM, "free the GPU of other processes",
+                         "cannot allocate the %zu-byte cuBLASLt workspace on CUDA device %d: %s",
+                         (size_t)LT_WORKSPACE_BYTES, device, cudaGetErrorString(e));
+    }
+    cu->base = loom_backend{ // C++20 designated initializers, in member order
+        .name = "cuda",
+        .dtype = dtype,
+        .alloc = cuda_alloc,
+        .free = cuda_free,
+        .upload = cuda_upload,
+        .download = cuda_download,
+        .zero = cuda_zero,
+        .copy = cuda_copy,
+        .synchronize = cuda_synchronize,
+        .encoder_forward = cuda_encoder_forward,
+        .encoder_backward = cuda_encoder_backward,
+        .layernorm_forward = cuda_layernorm_forward,
+        .layernorm_backward = cuda_layernorm_backward,
+        .matmul_forward = cuda_matmul_forward,
+        .matmul_backward = cuda_matmul_backward,
+        .attention_forward = cuda_attention_forward,
+        .attention_backward = cuda_attention_backward,
+        .gelu_forward = cuda_gelu_forward,
+        .gelu_backward = cuda_gelu_backward,
+        .residual_forward = cuda_residual_forward,
+        .softmax_crossentropy = cuda_softmax_crossentropy,
+        .adamw_update = cuda_adamw_update,
+        .sumsq = cuda_sumsq,
+        .destroy = cuda_destroy,
+    };
+    *out = &cu->base;
+    return LOOM_OK;
+}

@@ -1,0 +1,141 @@
+// Private to the CUDA backend: the backend object, the check macros, device helpers shared by
+// the kernels, and the ops that cuda_backend.cu puts in the loom_backend table (their
+// contracts are in backend/backend.h). Every file here is CUDA C compiled by nvcc: plain
+// structs and functions, one concept per file; C linkage for what the C side calls.
+//
+// dtypes: parameters, activations and their gradients are `be->dtype` (fp32 or bf16) and are
+// read through ldx/stx below with a flag `bf` chosen once per launch; statistics, optimizer
+// state and master weights are fp32; all arithmetic is fp32 (fp64 for sums of squares).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+#include "backend/cuda/cuda_backend.h"
+
+// ---- checks: CUDA and cuBLAS failures are device or programmer errors, not user input ----
+// They print file:line, the error string and the call, then abort.
+[[noreturn]] void cuda_check_failed(const char *what, const char *error, const char *call,
+                                    const char *file, int line);
+#define CUDA_CHECK(call)                                                                   \
+    do {                                                                                   \
+        cudaError_t cuda_e_ = (call);                                                      \
+        if (cuda_e_ != cudaSuccess)                                                        \
+            cuda_check_failed("CUDA", cudaGetErrorString(cuda_e_), #call, __FILE__, __LINE__); \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                                 \
+    do {                                                                                   \
+        cublasStatus_t cublas_s_ = (call);                                                 \
+        if (cublas_s_ != CUBLAS_STATUS_SUCCESS)                                            \
+            cuda_check_failed("cuBLAS", cublasLtGetStatusString(cublas_s_), #call, __FILE__, \
+                              __LINE__);                                                   \
+    } while (0)
+// after every kernel launch
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// ---- the backend object ----
+typedef struct {
+    loom_backend base;        // first member: a loom_backend * of this backend is a loom_cuda *
+    int device;
+    cudaStream_t stream;      // every op and copy runs on it, in order
+    cublasLtHandle_t lt;
+    void *workspace;          // cuBLASLt workspace
+    size_t workspace_bytes;
+    void *scratch;            // per-op temporaries, reused in stream order (cuda_scratch)
+    size_t scratch_bytes;
+    bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
+} loom_cuda;
+
+static inline loom_cuda *cuda_of(loom_backend *be) { return (loom_cuda *)be; }
+
+// A device buffer of at least `bytes` for the temporaries of one op (partial sums, index
+// lists). Valid until the next call; ops on the stream after this one may reuse it.
+void *cuda_scratch(loom_cuda *cu, size_t bytes);
+
+// Blocks for a grid-stride loop over n elements.
+static inline unsigned cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 32768 ? 32768 : b));
+}
+
+// Checks that t holds parameters/activations (be->dtype) and says whether they are bf16.
+static inline bool cuda_act(const loom_backend *be, loom_tensor t) {
+    LOOM_CHECK(t.dtype == be->dtype);
+    return t.dtype == LOOM_BF16;
+}
+static inline float *cuda_f32(loom_tensor t) {
+    LOOM_CHECK(t.dtype == LOOM_F32);
+    return (float *)t.data;
+}
+static inline const int32_t *cuda_i32(loom_tensor t) {
+    LOOM_CHECK(t.dtype == LOOM_I32);
+    return (const int32_t *)t.data;
+}
+
+// ---- device helpers ----
+// element i of a be->dtype array as fp32, and the store back (round to nearest even)
+__device__ __forceinline__ float ldx(const void *p, int64_t i, bool bf) {
+    return bf ? __bfloat162float(((const __nv_bfloat16 *)p)[i]) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void stx(void *p, int64_t i, float x, bool bf) {
+    if (bf)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else
+        ((float *)p)[i] = x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+#define GRID_STRIDE(i, n)                                                                  \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+// ---- deterministic column sums (reduce.cu) ----
+// Row chunks of an (N, n) array: partial sums over fixed row chunks, then the chunks' sums
+// added in chunk order. The chunking depends only on N, so results repeat bit for bit.
+int64_t cuda_row_chunk(int64_t N);
+// dst[i] += sum over p in order of partials[p * stride + i]; bf16 where the flags say, else fp32
+void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
+                       int64_t nparts, int64_t stride, int64_t n);
+// dst (n) += column sums of x (N, n) of dtype bf ? bf16 : fp32, deterministically
+void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf);
+
+// ---- the ops (one file each) ----
+extern "C" {
+void cuda_encoder_forward(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
+                          loom_tensor wpe);
+void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_tensor dwpe, loom_tensor dout,
+                           loom_tensor tokens);
+void cuda_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
+                            loom_tensor inp, loom_tensor w, loom_tensor b);
+void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
+                             loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
+                             loom_tensor rstd);
+void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                         loom_tensor bias);
+void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
+                          loom_tensor dout, loom_tensor inp, loom_tensor w);
+void cuda_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor qkv,
+                            int NH);
+void cuda_attention_backward(loom_backend *be, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv,
+                             loom_tensor out, loom_tensor lse, int NH);
+void cuda_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);
+void cuda_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
+void cuda_residual_forward(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
+void cuda_softmax_crossentropy(loom_backend *be, loom_tensor losses, loom_tensor logits,
+                               loom_tensor targets, int V, float dloss, bool backward);
+void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
+                       loom_tensor m, loom_tensor v, loom_adamw_args args);
+double cuda_sumsq(loom_backend *be, loom_tensor x);
+}

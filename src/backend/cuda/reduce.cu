@@ -1,0 +1,106 @@
+// Reductions whose result repeats bit for bit: column sums over the rows of an (N, n) array
+// (parameter gradients: dbias, LayerNorm's dw/db) and the sum of squares (gradient norm).
+// No atomics anywhere: every partial sum covers a fixed range and partials are combined in a
+// fixed order, so results depend only on the shapes (not on timing or the GPU's SM count).
+//   column sums: per (column, row chunk) one thread sums the chunk's rows in order into
+//                partials (nchunks, n) fp32; cuda_add_partials adds the chunks in order.
+//   sumsq:       per chunk of SUMSQ_CHUNK elements one block, fp64 per thread then a fixed
+//                tree; one block then adds the chunk sums (same pattern); one fp64 comes back.
+#include "backend/cuda/cuda_ops.h"
+
+#define COL_THREADS 256
+#define SUMSQ_CHUNK (1 << 16) // elements per block of the first sumsq pass
+#define SUMSQ_THREADS 256
+
+int64_t cuda_row_chunk(int64_t N) {
+    // at most 256 chunks (so the in-order pass over chunks stays short), at least 32 rows each
+    int64_t chunk = (N + 255) / 256;
+    return chunk < 32 ? 32 : chunk;
+}
+
+__global__ void add_partials_kernel(void *dst, bool bf, const void *partials, bool part_bf,
+                                    int64_t nparts, int64_t stride, int64_t n) {
+    GRID_STRIDE(i, n) {
+        float s = 0.0f;
+        for (int64_t p = 0; p < nparts; p++) s += ldx(partials, p * stride + i, part_bf);
+        stx(dst, i, ldx(dst, i, bf) + s, bf);
+    }
+}
+
+void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
+                       int64_t nparts, int64_t stride, int64_t n) {
+    if (!n) return;
+    add_partials_kernel<<<cuda_blocks(n, COL_THREADS), COL_THREADS, 0, cu->stream>>>(
+        dst, dst_bf, partials, part_bf, nparts, stride, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+// partials[chunk, c] = sum of x[r, c] over the chunk's rows, in row order.
+// grid (ceil(n / COL_THREADS), nchunks)
+__global__ void column_partials_kernel(float *partials, const void *x, int64_t N, int64_t n,
+                                       int64_t chunk, bool bf) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= n) return;
+    int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
+    float s = 0.0f;
+    for (int64_t r = r0; r < r1; r++) s += ldx(x, r * n + c, bf);
+    partials[blockIdx.y * n + c] = s;
+}
+
+void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf) {
+    if (!N || !n) return;
+    int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
+    float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * n) * sizeof(float));
+    dim3 grid((unsigned)((n + COL_THREADS - 1) / COL_THREADS), (unsigned)nchunks);
+    column_partials_kernel<<<grid, COL_THREADS, 0, cu->stream>>>(part, x, N, n, chunk, bf);
+    CUDA_LAUNCH_CHECK();
+    cuda_add_partials(cu, dst, bf, part, false, nchunks, n, n);
+}
+
+// Fixed-shape tree sum of one double per thread; the total lands in thread 0.
+__device__ double block_sum_f64(double s) {
+    __shared__ double sh[SUMSQ_THREADS];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = SUMSQ_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+// out[blockIdx.x] = sum of squares of x[chunk blockIdx.x]; x fp32 or bf16
+__global__ void sumsq_kernel(double *out, const void *x, int64_t n, int64_t chunk, bool bf) {
+    int64_t i0 = (int64_t)blockIdx.x * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+    double s = 0.0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS) {
+        double v = (double)ldx(x, i, bf);
+        s += v * v;
+    }
+    s = block_sum_f64(s);
+    if (threadIdx.x == 0) out[blockIdx.x] = s;
+}
+
+__global__ void sum_f64_kernel(double *out, const double *x, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += SUMSQ_THREADS) s += x[i];
+    s = block_sum_f64(s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+extern "C" double cuda_sumsq(loom_backend *be, loom_tensor x) {
+    loom_cuda *cu = cuda_of(be);
+    LOOM_CHECK(x.dtype == LOOM_F32 || x.dtype == LOOM_BF16);
+    int64_t n = loom_numel(&x), nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    if (!n) return 0.0;
+    double *part = (double *)cuda_scratch(cu, (size_t)(nchunks + 1) * sizeof(double));
+    sumsq_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, cu->stream>>>(part + 1, x.data, n,
+                                                                     SUMSQ_CHUNK, x.dtype == LOOM_BF16);
+    CUDA_LAUNCH_CHECK();
+    sum_f64_kernel<<<1, SUMSQ_THREADS, 0, cu->stream>>>(part, part + 1, nchunks);
+    CUDA_LAUNCH_CHECK();
+    double total = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&total, part, sizeof total, cudaMemcpyDeviceToHost, cu->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    return total;
+}

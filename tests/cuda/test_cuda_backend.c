@@ -1,0 +1,395 @@
+// Every op of the CUDA backend against the CPU backend (the fp32 reference) on fresh random
+// inputs, in fp32 mode (within 1e-5, norm-relative) and bf16 mode (within 1e-2, against the CPU
+// run on the same bf16-rounded inputs). Shapes include ragged ones (T not a multiple of the
+// attention tiles, N and OC not multiples of anything) and head sizes 8, 16, 32, 64 (with
+// gpt2-xl's 25 heads) and 128, T up to 1024. Outputs that an op overwrites are poisoned with
+// NaN first, so an element it fails to write fails the comparison; "+=" outputs start random.
+// Exit 77 (ctest: skipped) when the machine has no CUDA device. LOOM_CUDA_TEST_QUICK=1 runs
+// the small shapes only (for compute-sanitizer). LOOM_CUDA_DEBUG=1 makes the backend say when
+// an op takes a fallback path.
+#include "harness.h"
+
+#include "backend/backend.h"
+#include "backend/ref.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#define F32 LOOM_F32
+#define I32 LOOM_I32
+
+typedef struct {
+    int B, T, C, NH;
+} shape;
+static const shape SHAPES[] = {
+    {1, 1, 8, 1},   {2, 7, 48, 3},    {2, 33, 64, 2},     {1, 129, 256, 4},  {2, 65, 256, 2},
+    {1, 300, 96, 12}, {1, 200, 1600, 25}, {2, 1000, 192, 3}, {1, 1024, 128, 1}, {1, 1024, 768, 12},
+};
+#define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
+#define NQUICK 5
+
+static loom_backend *cpu, *gpu; // gpu: the CUDA backend of the mode under test
+static loom_dtype dt;           // its dtype (parameters, activations, gradients)
+static double tol;
+
+// ---- bf16 on the host (round to nearest even) ----
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// ---- a host array (what the CPU backend reads and writes) and its device copy ----
+typedef struct {
+    float *h;
+    void *d;
+    size_t n;
+    loom_dtype dt;
+} buf;
+#define HV(b, ...) LOOM_VIEW((b).h, F32, __VA_ARGS__)
+#define DV(b, ...) LOOM_VIEW((b).d, (b).dt, __VA_ARGS__)
+
+static void upload_as(void *d, const float *x, size_t n, loom_dtype d_dt) {
+    if (d_dt == LOOM_BF16) {
+        uint16_t *h = loom_xmalloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) h[i] = f2bf(x[i]);
+        gpu->upload(gpu, d, h, n * 2);
+        free(h);
+    } else {
+        gpu->upload(gpu, d, x, n * 4);
+    }
+}
+
+static void download_as(float *x, const void *d, size_t n, loom_dtype d_dt) {
+    if (d_dt == LOOM_BF16) {
+        uint16_t *h = loom_xmalloc(n * 2 + 2);
+        gpu->download(gpu, h, d, n * 2);
+        for (size_t i = 0; i < n; i++) x[i] = bf2f(h[i]);
+        free(h);
+    } else {
+        gpu->download(gpu, x, d, n * 4);
+    }
+}
+
+// x rounded to d's precision, on the host and on the device
+static buf b_from(const float *x, size_t n, loom_dtype d) {
+    buf b = {loom_xmalloc(n * 4 + 4), gpu->alloc(gpu, n * loom_dtype_size(d)), n, d};
+    LOOM_CHECK(b.d);
+    for (size_t i = 0; i < n; i++) b.h[i] = d == LOOM_BF16 ? bf2f(f2bf(x[i])) : x[i];
+    upload_as(b.d, b.h, n, d);
+    return b;
+}
+static buf b_randn(size_t n, float scale, loom_dtype d) {
+    float *x = loom_xmalloc(n * 4 + 4);
+    t_fill_normal(x, n, scale);
+    buf b = b_from(x, n, d);
+    free(x);
+    return b;
+}
+static buf b_nans(size_t n, loom_dtype d) {
+    float *x = loom_xmalloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    buf b = b_from(x, n, d);
+    free(x);
+    return b;
+}
+static void b_free(buf *b) {
+    free(b->h);
+    gpu->free(gpu, b->d);
+}
+static int32_t *d_ints(const int32_t *x, size_t n) {
+    int32_t *d = gpu->alloc(gpu, n * 4);
+    LOOM_CHECK(d);
+    gpu->upload(gpu, d, x, n * 4);
+    return d;
+}
+
+// ---- comparison, and the worst error per op and mode for the summary ----
+#define MAX_OPS 48
+static struct {
+    const char *name;
+    double worst[2];
+} errs[MAX_OPS];
+static int nerrs;
+
+static void record(const char *what, double e) {
+    int i = 0;
+    while (i < nerrs && strcmp(errs[i].name, what) != 0) i++;
+    if (i == nerrs) {
+        LOOM_CHECK(nerrs < MAX_OPS);
+        errs[nerrs++].name = what;
+    }
+    double *w = &errs[i].worst[dt == LOOM_BF16];
+    if (e > *w || e != e) *w = e;
+}
+
+// the device result of b against the CPU result in b.h
+static void check(const char *what, buf b, shape s) {
+    float *got = loom_xmalloc(b.n * 4 + 4);
+    download_as(got, b.d, b.n, b.dt);
+    double e = t_max_rel_err(got, b.h, b.n);
+    record(what, e);
+    T_ASSERT(e < tol, "%s %s B=%d T=%d C=%d NH=%d: rel err %.3g", dt == LOOM_BF16 ? "bf16" : "fp32",
+             what, s.B, s.T, s.C, s.NH, e);
+    free(got);
+}
+
+static void test_memory(void) {
+    size_t n = 1000;
+    float *x = loom_xmalloc(n * 4), *y = loom_xmalloc(n * 4);
+    float *d = gpu->alloc(gpu, n * 4), *e = gpu->alloc(gpu, n * 4);
+    gpu->download(gpu, y, d, n * 4);
+    bool zero = true;
+    for (size_t i = 0; i < n; i++) zero = zero && y[i] == 0.0f;
+    T_ASSERT(zero, "alloc is not zero-filled");
+    t_fill_normal(x, n, 1);
+    gpu->upload(gpu, d, x, n * 4);
+    gpu->copy(gpu, e, d, n * 4);
+    gpu->zero(gpu, d, n * 2);
+    gpu->download(gpu, y, e, n * 4);
+    T_ASSERT(memcmp(x, y, n * 4) == 0, "upload/copy/download changed the data");
+    gpu->download(gpu, y, d, n * 4);
+    T_ASSERT(y[0] == 0 && y[n / 2 - 1] == 0 && y[n / 2] == x[n / 2], "zero wrote the wrong range");
+    gpu->synchronize(gpu);
+    gpu->free(gpu, d), gpu->free(gpu, e), free(x), free(y);
+}
+
+static void test_encoder(shape s) {
+    int Vp = 128, maxT = s.T + 3, n = s.B * s.T;
+    int32_t *tok = loom_xmalloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) tok[i] = t_randint(0, Vp - 1);
+    int32_t *dtok = d_ints(tok, (size_t)n);
+    buf wte = b_randn((size_t)Vp * s.C, 1, dt), wpe = b_randn((size_t)maxT * s.C, 1, dt);
+    buf out = b_nans((size_t)n * s.C, dt);
+    cpu->encoder_forward(cpu, HV(out, s.B, s.T, s.C), LOOM_VIEW(tok, I32, s.B, s.T),
+                         HV(wte, Vp, s.C), HV(wpe, maxT, s.C));
+    gpu->encoder_forward(gpu, DV(out, s.B, s.T, s.C), LOOM_VIEW(dtok, I32, s.B, s.T),
+                         DV(wte, Vp, s.C), DV(wpe, maxT, s.C));
+    check("encoder out", out, s);
+    buf dout = b_randn((size_t)n * s.C, 1, dt);
+    buf dwte = b_randn((size_t)Vp * s.C, 1, dt), dwpe = b_randn((size_t)maxT * s.C, 1, dt);
+    cpu->encoder_backward(cpu, HV(dwte, Vp, s.C), HV(dwpe, maxT, s.C), HV(dout, s.B, s.T, s.C),
+                          LOOM_VIEW(tok, I32, s.B, s.T));
+    gpu->encoder_backward(gpu, DV(dwte, Vp, s.C), DV(dwpe, maxT, s.C), DV(dout, s.B, s.T, s.C),
+                          LOOM_VIEW(dtok, I32, s.B, s.T));
+    check("encoder dwte +=", dwte, s);
+    check("encoder dwpe +=", dwpe, s);
+    free(tok), gpu->free(gpu, dtok);
+    b_free(&wte), b_free(&wpe), b_free(&out), b_free(&dout), b_free(&dwte), b_free(&dwpe);
+}
+
+static void test_layernorm(shape s) {
+    int N = s.B * s.T, C = s.C;
+    float *h = loom_xmalloc((size_t)N * C * 4);
+    t_fill_normal(h, (size_t)N * C, 2);
+    for (int i = 0; i < N * C; i++) h[i] += 3.0f; // a non-zero mean
+    buf x = b_from(h, (size_t)N * C, dt), w = b_randn((size_t)C, 1, dt), b = b_randn((size_t)C, 1, dt);
+    buf out = b_nans((size_t)N * C, dt), mean = b_nans((size_t)N, F32), rstd = b_nans((size_t)N, F32);
+    cpu->layernorm_forward(cpu, HV(out, N, C), HV(mean, N), HV(rstd, N), HV(x, N, C), HV(w, C), HV(b, C));
+    gpu->layernorm_forward(gpu, DV(out, N, C), DV(mean, N), DV(rstd, N), DV(x, N, C), DV(w, C), DV(b, C));
+    check("layernorm out", out, s);
+    check("layernorm mean", mean, s);
+    check("layernorm rstd", rstd, s);
+    // backward from the CPU's statistics, twice on the GPU: the second run must repeat bit for bit
+    buf mu = b_from(mean.h, (size_t)N, F32), rs = b_from(rstd.h, (size_t)N, F32);
+    buf dout = b_randn((size_t)N * C, 1, dt), dx = b_randn((size_t)N * C, 1, dt);
+    buf dw = b_randn((size_t)C, 1, dt), db = b_randn((size_t)C, 1, dt);
+    buf dx2 = b_from(dx.h, dx.n, dt), dw2 = b_from(dw.h, dw.n, dt), db2 = b_from(db.h, db.n, dt);
+    cpu->layernorm_backward(cpu, HV(dx, N, C), HV(dw, C), HV(db, C), HV(dout, N, C), HV(x, N, C),
+                            HV(w, C), HV(mu, N), HV(rs, N));
+    for (int rep = 0; rep < 2; rep++)
+        gpu->layernorm_backward(gpu, rep ? DV(dx2, N, C) : DV(dx, N, C), rep ? DV(dw2, C) : DV(dw, C),
+                                rep ? DV(db2, C) : DV(db, C), DV(dout, N, C), DV(x, N, C), DV(w, C),
+                                DV(mu, N), DV(rs, N));
+    check("layernorm dinp +=", dx, s);
+    check("layernorm dw +=", dw, s);
+    check("layernorm db +=", db, s);
+    float *r1 = loom_xmalloc((size_t)C * 8), *r2 = r1 + C;
+    download_as(r1, dw.d, (size_t)C, dt), download_as(r2, dw2.d, (size_t)C, dt);
+    T_ASSERT(memcmp(r1, r2, (size_t)C * 4) == 0, "layernorm dw differs between two runs");
+    free(h), free(r1);
+    buf *all[] = {&x, &w, &b, &out, &mean, &rstd, &mu, &rs, &dout, &dx, &dw, &db, &dx2, &dw2, &db2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
+// ragged: OC not a multiple of 8 and the bias one element past an aligned address
+static void test_matmul(shape s, bool ragged) {
+    int N = s.B * s.T, C = s.C, OC = 3 * C + (ragged ? 5 : 0), off = ragged ? 1 : 0;
+    size_t es = loom_dtype_size(dt);
+    buf x = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt);
+    buf bias = b_randn((size_t)OC + 1, 1, dt), out = b_nans((size_t)N * OC, dt);
+    loom_tensor hb = LOOM_VIEW(bias.h + off, F32, OC), db = LOOM_VIEW((char *)bias.d + off * es, dt, OC);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        loom_tensor none = {0};
+        cpu->matmul_forward(cpu, HV(out, s.B, s.T, OC), HV(x, s.B, s.T, C), HV(w, OC, C), with_bias ? hb : none);
+        gpu->matmul_forward(gpu, DV(out, s.B, s.T, OC), DV(x, s.B, s.T, C), DV(w, OC, C), with_bias ? db : none);
+        check(with_bias ? "matmul out (bias)" : "matmul out", out, s);
+    }
+    buf dout = b_randn((size_t)N * OC, 1, dt), dinp = b_nans((size_t)N * C, dt);
+    buf dw = b_randn((size_t)OC * C, 0.1f, dt), dbias = b_randn((size_t)OC, 1, dt);
+    cpu->matmul_backward(cpu, HV(dinp, N, C), HV(dw, OC, C), HV(dbias, OC), HV(dout, N, OC), HV(x, N, C),
+                         HV(w, OC, C));
+    gpu->matmul_backward(gpu, DV(dinp, N, C), DV(dw, OC, C), DV(dbias, OC), DV(dout, N, OC), DV(x, N, C),
+                         DV(w, OC, C));
+    check("matmul dinp", dinp, s);
+    check("matmul dw +=", dw, s);
+    check("matmul dbias +=", dbias, s);
+    // without dinp and dbias (the output layer's call), into a fresh dw: one bf16 rounding per
+    // check (two += into one bf16 buffer would round twice where the CPU rounds never)
+    loom_tensor none = {0};
+    buf dw2 = b_randn((size_t)OC * C, 0.1f, dt);
+    cpu->matmul_backward(cpu, none, HV(dw2, OC, C), none, HV(dout, N, OC), HV(x, N, C), HV(w, OC, C));
+    gpu->matmul_backward(gpu, none, DV(dw2, OC, C), none, DV(dout, N, OC), DV(x, N, C), DV(w, OC, C));
+    check("matmul dw += (no dinp, dbias)", dw2, s);
+    buf *all[] = {&x, &w, &bias, &out, &dout, &dinp, &dw, &dbias, &dw2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
+static void test_attention(shape s) {
+    size_t n = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
+    buf qkv = b_randn(3 * n, 1.5f, dt), out = b_nans(n, dt), lse = b_nans(nl, F32);
+    cpu->attention_forward(cpu, HV(out, s.B, s.T, s.C), HV(lse, s.B, s.NH, s.T), HV(qkv, s.B, s.T, 3 * s.C), s.NH);
+    gpu->attention_forward(gpu, DV(out, s.B, s.T, s.C), DV(lse, s.B, s.NH, s.T), DV(qkv, s.B, s.T, 3 * s.C), s.NH);
+    check("attention out", out, s);
+    check("attention lse", lse, s);
+    // backward from the CPU's forward results (out rounded to the mode's dtype)
+    buf o = b_from(out.h, n, dt), l = b_from(lse.h, nl, F32);
+    buf dout = b_randn(n, 1, dt), dqkv = b_nans(3 * n, dt);
+    cpu->attention_backward(cpu, HV(dqkv, s.B, s.T, 3 * s.C), HV(dout, s.B, s.T, s.C), HV(qkv, s.B, s.T, 3 * s.C),
+                            HV(o, s.B, s.T, s.C), HV(l, s.B, s.NH, s.T), s.NH);
+    gpu->attention_backward(gpu, DV(dqkv, s.B, s.T, 3 * s.C), DV(dout, s.B, s.T, s.C), DV(qkv, s.B, s.T, 3 * s.C),
+                            DV(o, s.B, s.T, s.C), DV(l, s.B, s.NH, s.T), s.NH);
+    check("attention dqkv", dqkv, s);
+    buf *all[] = {&qkv, &out, &lse, &o, &l, &dout, &dqkv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
+static void test_elementwise(shape s) {
+    int n = s.B * s.T * 4 * s.C;
+    buf x = b_randn((size_t)n, 3, dt), y = b_randn((size_t)n, 1, dt), out = b_nans((size_t)n, dt);
+    cpu->gelu_forward(cpu, HV(out, n), HV(x, n));
+    gpu->gelu_forward(gpu, DV(out, n), DV(x, n));
+    check("gelu out", out, s);
+    buf d = b_from(y.h, (size_t)n, dt); // gelu backward in place (dinp = dout)
+    cpu->gelu_backward(cpu, HV(d, n), HV(x, n), HV(d, n));
+    gpu->gelu_backward(gpu, DV(d, n), DV(x, n), DV(d, n));
+    check("gelu dinp (in place)", d, s);
+    cpu->residual_forward(cpu, HV(out, n), HV(x, n), HV(y, n));
+    gpu->residual_forward(gpu, DV(out, n), DV(x, n), DV(y, n));
+    check("residual out", out, s);
+    cpu->residual_forward(cpu, HV(x, n), HV(x, n), HV(y, n));
+    gpu->residual_forward(gpu, DV(x, n), DV(x, n), DV(y, n));
+    check("residual (in place)", x, s);
+    b_free(&x), b_free(&y), b_free(&out), b_free(&d);
+}
+
+// With large logits (|z| ~ 160) the CPU's lse = m + log(sum) is only good to an ulp of 160
+// (1.5e-5 relative in exp(z - lse)), so in fp32 mode those dlogits are checked against the fp64
+// reference of tests/backend/ref.c instead.
+static void test_crossentropy(shape s, float scale) {
+    int N = s.B * s.T, V = 37 * s.C + 11, Vp = (V + 127) / 128 * 128;
+    buf z = b_randn((size_t)N * Vp, scale, dt), loss = b_nans((size_t)N, F32);
+    float *z0 = loom_xmalloc((size_t)N * Vp * 4), *loss64 = loom_xmalloc((size_t)N * 4);
+    memcpy(z0, z.h, (size_t)N * Vp * 4);
+    int32_t *tgt = loom_xmalloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) tgt[i] = t_randint(0, V - 1);
+    int32_t *dtgt = d_ints(tgt, (size_t)N);
+    bool large = scale > 10;
+    for (int backward = 0; backward < 2; backward++) {
+        cpu->softmax_crossentropy(cpu, HV(loss, N), HV(z, N, Vp), LOOM_VIEW(tgt, I32, N), V, 1.0f / N, backward);
+        gpu->softmax_crossentropy(gpu, DV(loss, N), DV(z, N, Vp), LOOM_VIEW(dtgt, I32, N), V, 1.0f / N, backward);
+        check(large ? "crossentropy loss (large logits)" : "crossentropy loss", loss, s);
+        if (backward && large && dt == F32) ref_crossentropy(loss64, z.h, z0, tgt, N, V, Vp, 1.0f / N);
+        // forward only: the logits are left as they were; backward: dlogits, 0 on [V, Vp)
+        check(backward ? (large ? "crossentropy dlogits (large logits)" : "crossentropy dlogits")
+                       : "crossentropy logits kept", z, s);
+    }
+    free(tgt), free(z0), free(loss64), gpu->free(gpu, dtgt), b_free(&z), b_free(&loss);
+}
+
+static void test_adamw(shape s, bool with_master) {
+    size_t n = 10007 + (size_t)s.T * s.C; // ragged
+    loom_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                         .weight_decay = 0.1f, .grad_scale = 0.7f, .t = 3};
+    buf master = b_randn(n, 1, F32), grad = b_randn(n, 1, dt), m = b_randn(n, 0.1f, F32);
+    float *vh = loom_xmalloc(n * 4);
+    t_fill_normal(vh, n, 0.1f);
+    for (size_t i = 0; i < n; i++) vh[i] *= vh[i]; // second moments are >= 0
+    buf v = b_from(vh, n, F32), param = b_from(master.h, n, dt);
+    loom_tensor none = {0};
+    // the CPU updates fp32 parameters: the master copy when there is one, else param's values
+    cpu->adamw_update(cpu, with_master ? HV(master, n) : HV(param, n), none, HV(grad, n), HV(m, n),
+                      HV(v, n), a);
+    if (with_master) memcpy(param.h, master.h, n * 4);
+    gpu->adamw_update(gpu, DV(param, n), with_master ? DV(master, n) : none, DV(grad, n), DV(m, n),
+                      DV(v, n), a);
+    check(with_master ? "adamw param (with master)" : "adamw param", param, s);
+    if (with_master) check("adamw master", master, s);
+    check("adamw m", m, s);
+    check("adamw v", v, s);
+    free(vh), b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&param);
+}
+
+static void test_sumsq(shape s) {
+    size_t n = 3 * 65536 + 17 + (size_t)s.T * s.C;
+    buf x = b_randn(n, 1, dt);
+    double want = cpu->sumsq(cpu, HV(x, n)), got = gpu->sumsq(gpu, DV(x, n)), again = gpu->sumsq(gpu, DV(x, n));
+    double e = fabs(got - want) / want;
+    record("sumsq", e);
+    T_ASSERT(e < 1e-9, "sumsq n=%zu: %.17g vs cpu %.17g", n, got, want);
+    T_ASSERT(memcmp(&got, &again, sizeof got) == 0, "sumsq differs between two runs");
+    b_free(&x);
+}
+
+static void run_mode(loom_dtype mode, bool quick) {
+    LOOM_CHECK(loom_backend_create(&gpu, "cuda", mode) == LOOM_OK);
+    dt = mode;
+    tol = mode == LOOM_BF16 ? 1e-2 : 1e-5;
+    test_memory();
+    for (int i = 0; i < (quick ? NQUICK : NSHAPES); i++) {
+        shape s = SHAPES[i];
+        printf("%s B=%d T=%d C=%d NH=%d (hs %d)\n", loom_dtype_name(mode), s.B, s.T, s.C, s.NH, s.C / s.NH);
+        fflush(stdout);
+        test_encoder(s);
+        test_layernorm(s);
+        test_matmul(s, false);
+        test_matmul(s, true);
+        test_attention(s);
+        test_elementwise(s);
+        test_crossentropy(s, 2.0f);
+        test_crossentropy(s, 40.0f);
+        test_adamw(s, false);
+        if (mode == LOOM_BF16) test_adamw(s, true);
+        test_sumsq(s);
+    }
+    loom_backend_destroy(gpu);
+    gpu = NULL;
+}
+
+int main(void) {
+    loom_backend *probe = NULL;
+    if (loom_backend_create(&probe, "cuda", LOOM_F32) == LOOM_EUNSUPPORTED) {
+        printf("skipped: no CUDA device\n  (%s)\n", loom_error_message());
+        return 77;
+    }
+    loom_backend_destroy(probe);
+    t_seed();
+    LOOM_CHECK(loom_backend_cpu_create(&cpu, LOOM_F32) == LOOM_OK);
+    const char *q = getenv("LOOM_CUDA_TEST_QUICK");
+    bool quick = q && strcmp(q, "0") != 0;
+    run_mode(LOOM_F32, quick);
+    run_mode(LOOM_BF16, quick);
+    printf("%-38s %12s %12s\n", "worst norm-relative error", "fp32", "bf16");
+    for (int i = 0; i < nerrs; i++)
+        printf("%-38s %12.3g %12.3g\n", errs[i].name, errs[i].worst[0], errs[i].worst[1]);
+    loom_backend_destroy(cpu);
+    return t_done("cuda_backend");
+}

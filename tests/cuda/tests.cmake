@@ -1,0 +1,8 @@
+# CUDA backend: every op against the CPU backend in fp32 and bf16 mode. Built only when the
+# CUDA backend is (cmake/cuda.cmake found nvcc); on a machine without a CUDA device the program
+# exits 77, which ctest reports as skipped.
+if(LOOM_HAVE_CUDA)
+  loom_test(cuda_backend SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_backend.c
+            ${CMAKE_CURRENT_LIST_DIR}/../backend/ref.c LABELS cuda)
+  set_tests_properties(cuda_backend PROPERTIES SKIP_RETURN_CODE 77)
+endif()
