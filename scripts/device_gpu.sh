@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine (nvcc 13, cmake, compute-sanitizer; no network needed): configure and build
-# loom into build-gpu (Release) with the CUDA backend, run the CUDA op tests, run them again
-# under compute-sanitizer memcheck (small shapes), and print a summary table last.
+# loom into build-gpu (Release) with the CUDA backend, run the CUDA tests (every op against the
+# CPU; the PyTorch model fixtures in fp32 and bf16), the op tests again under compute-sanitizer
+# memcheck (small shapes), with --bench the training benchmark beside the PyTorch peer, and
+# print a summary table last.
+#   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -35,21 +39,31 @@ summary() {
 }
 
 # ---- what the build needs: CUDA, and the CPU build's libraries (CMakeLists.txt) ----
+# The GPU image lacks some Debian libraries: unpack the carried packages (.deps) and search there.
+DEPS_ARGS=()
+if [ -d "$ROOT/.deps" ]; then
+    DEPS=/tmp/loom_deps
+    mkdir -p "$DEPS"
+    for deb in "$ROOT"/.deps/*.deb; do dpkg -x "$deb" "$DEPS"; done
+    DEPS_ARGS=(-DLOOM_DEPS_ROOT="$DEPS")
+    export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:$DEPS/usr/lib/x86_64-linux-gnu/openblas-openmp:${LD_LIBRARY_PATH:-}"
+    export PKG_CONFIG_SYSROOT_DIR="$DEPS" PKG_CONFIG_PATH="$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig:$DEPS/usr/share/pkgconfig"
+fi
+LIBROOT=${DEPS:-}
 missing=()
 command -v nvcc >/dev/null || missing+=("nvcc (CUDA toolkit)")
 command -v cmake >/dev/null || missing+=("cmake")
 command -v compute-sanitizer >/dev/null || missing+=("compute-sanitizer")
-[ -f /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ] || missing+=("OpenBLAS, OpenMP flavour (libopenblas0-openmp + libopenblas-openmp-dev)")
-[ -f /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] || missing+=("cblas.h of OpenBLAS-openmp")
+[ -f "$LIBROOT"/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ] || missing+=("OpenBLAS, OpenMP flavour (libopenblas0-openmp + libopenblas-openmp-dev)")
+[ -f "$LIBROOT"/usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ] || missing+=("cblas.h of OpenBLAS-openmp")
 pkg-config --exists libpcre2-8 2>/dev/null || missing+=("PCRE2 (libpcre2-dev) or pkg-config")
 pkg-config --exists libcjson 2>/dev/null || missing+=("cJSON (libcjson-dev)")
-[ -f /usr/include/uthash.h ] || missing+=("uthash (uthash-dev)")
+[ -f "$LIBROOT"/usr/include/uthash.h ] || missing+=("uthash (uthash-dev)")
 command -v mpicc >/dev/null || missing+=("MPI (libopenmpi-dev)")
 if [ ${#missing[@]} -gt 0 ]; then
     echo "device_gpu.sh: this machine cannot build loom; missing:"
     printf '  - %s\n' "${missing[@]}"
-    echo "(the top-level CMakeLists.txt requires the CPU build's libraries even for the CUDA backend;"
-    echo " this machine has no network, so they cannot be installed here)"
+    echo "(run scripts/fetch_device_deps.sh on the development machine and carry .deps)"
     STEPS+=("prerequisites"); RESULTS+=("MISSING ${#missing[@]}"); TIMES+=(0)
     summary
     exit 2
@@ -57,7 +71,7 @@ fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 failed=0
-step "configure" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLOOM_DATA_DIR="$ROOT/data" ||
+step "configure" cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLOOM_DATA_DIR="$ROOT/data" "${DEPS_ARGS[@]}" ||
     { summary; exit 1; }
 step "build" cmake --build "$BUILD" -j"$(nproc)" || { summary; exit 1; }
 if [ ! -x "$BUILD/tests/test_cuda_backend" ]; then
@@ -70,5 +84,12 @@ step "cuda op tests" "$BUILD/tests/test_cuda_backend" || failed=1
 step "cuda op tests (ctest)" ctest --test-dir "$BUILD" -L cuda --output-on-failure || failed=1
 step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
     --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+if [ "${1:-}" = "--bench" ]; then # loom and the PyTorch peer on the same GPU, gpt2 B=16 T=1024
+    OUTDIR=${OUT:-/tmp}
+    step "bench loom gpt2" sh -c "'$BUILD/loom' bench --model gpt2 --batch 16 --seq 1024 --steps 10 --warmup 3 \
+        --device cuda --peak-tflops 989 | tee '$OUTDIR/bench_loom_gpt2.txt'" || failed=1
+    step "bench pytorch gpt2" sh -c "python3 '$ROOT/bench/peer/gpt2_torch.py' --model gpt2 --batch 16 --seq 1024 \
+        --steps 10 | tee '$OUTDIR/bench_torch_gpt2.json'" || failed=1
+fi
 summary
 exit $failed

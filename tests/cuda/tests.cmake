@@ -6,3 +6,11 @@ if(LOOM_HAVE_CUDA)
             ${CMAKE_CURRENT_LIST_DIR}/../backend/ref.c LABELS cuda)
   set_tests_properties(cuda_backend PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+# The PyTorch fixtures of the model on the GPU: fp32 as tight as the CPU, bf16 loose.
+if(LOOM_HAVE_CUDA)
+  foreach(precision fp32 bf16)
+    add_test(NAME gpt2_fixture_cuda_${precision}
+             COMMAND test_gpt2_fixture ${CMAKE_SOURCE_DIR}/tests/fixtures cuda ${precision})
+    set_tests_properties(gpt2_fixture_cuda_${precision} PROPERTIES SKIP_RETURN_CODE 77 LABELS cuda)
+  endforeach()
+endif()
