@@ -165,7 +165,8 @@ void train_print_config(const trainer *t) {
     if (o->val_data)
         cli_table_row("val data", "%s: %d batches, every %d steps", o->val_data, o->val_batches,
                       o->val_every);
-    if (o->ckpt_dir) cli_table_row("checkpoints", "%s every %d steps", o->ckpt_dir, o->ckpt_every);
+    if (o->ckpt_dir && o->ckpt_every) cli_table_row("checkpoints", "%s every %d steps", o->ckpt_dir, o->ckpt_every);
+    else if (o->ckpt_dir) cli_table_row("checkpoints", "%s at the end", o->ckpt_dir);
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
     cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
                   omp_get_max_threads());
