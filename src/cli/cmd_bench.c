@@ -51,7 +51,7 @@ static double matmul_rate(loom_backend *be, int64_t n) {
 }
 
 int loom_cmd_bench(int argc, char **argv) {
-    const char *model = "gpt2", *device = "auto", *precision = "auto";
+    const char *model = "gpt2", *device = "auto", *precision = "auto", *recompute = "none";
     int B = 4, T = 0, steps = 3, warmup = 1, threads = 0;
     float peak_tflops = 0;
     const loom_flag flags[] = {
@@ -61,6 +61,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"steps", FLAG_INT, &steps, "timed steps"},
         {"warmup", FLAG_INT, &warmup, "untimed steps first"},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: report against the measured matmul rate only)"},
+        {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
         {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)"},
@@ -85,7 +86,8 @@ int loom_cmd_bench(int argc, char **argv) {
     if (s == LOOM_OK) {
         T = T ? T : cfg.max_seq_len;
         loom_gpt2_init(m, 1337);
-        s = loom_gpt2_alloc(m, B, T, true);
+        s = loom_recompute_parse(recompute, &m->recompute);
+        if (s == LOOM_OK) s = loom_gpt2_alloc(m, B, T, true);
     }
     if (s == LOOM_OK) {
         loom_param_range all = {0, 0, m->num_elements, true};

@@ -68,7 +68,8 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
                          .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                    .weight_decay = 0.1f, .grad_clip = 1.0f},
                          .schedule = "cosine", .min_lr = -1, .seed = 1337, .val_batches = 20,
-                         .sample_tokens = 64, .device = "auto", .precision = "auto", .bucket_mb = 25};
+                         .sample_tokens = 64, .device = "auto", .precision = "auto", .bucket_mb = 25,
+                         .recompute = "none"};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &o->model, "named config: gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"init", FLAG_STR, &o->init, "start from this llm.c model file instead of random weights"},
@@ -104,6 +105,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"device", FLAG_STR, &o->device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &o->precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &o->threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
+        {"recompute", FLAG_STR, &o->recompute, "activations backward recomputes: none, gelu (the GELU output), full (whole blocks)"},
         {"zero", FLAG_INT, &o->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)"},
         {"bucket-mb", FLAG_FLOAT, &o->bucket_mb, "gradient bucket size in MiB for the data-parallel reduction"},
     };

@@ -32,6 +32,7 @@ typedef struct {
     const char *device, *precision;
     int threads;
     int zero;        // ZeRO stage 0, 1, 2
+    const char *recompute; // activation recomputation: none, gelu, full
     float bucket_mb; // gradient bucket size
 } train_options;
 

@@ -112,6 +112,7 @@ loom_status train_setup(trainer *t) {
     if (o->resume) LOOM_TRY(loom_ckpt_latest(o->ckpt_dir, &step));
     LOOM_TRY(step >= 0 ? resume(t, step) : start(t));
     int B = o->batch, T = t->st.seq_len, V = t->model->cfg.vocab_size;
+    LOOM_TRY(loom_recompute_parse(o->recompute, &t->model->recompute));
     LOOM_TRY(loom_gpt2_alloc(t->model, B, T, true));
     t->model->grads_ready = loom_dp_grads_ready;
     t->model->grads_ready_ctx = t->dp;
@@ -170,7 +171,8 @@ void train_print_config(const trainer *t) {
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
     cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
                   omp_get_max_threads());
-    cli_table_row("memory per rank", "%s model + activations, %s AdamW moments", mem, opt_mem);
+    cli_table_row("memory per rank", "%s model + activations (recompute %s), %s AdamW moments", mem,
+                  o->recompute, opt_mem);
     cli_table_rule();
 }
 

@@ -27,6 +27,9 @@ static size_t layout_acts(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
                           bool training) {
     int64_t C = m->cfg.channels, NH = m->cfg.num_heads, Vp = m->cfg.padded_vocab_size;
     int64_t L = training ? m->cfg.num_layers : 1, N = (int64_t)B * T;
+    // what backward recomputes needs one slot, reused by every layer
+    int64_t Lb = m->recompute == LOOM_RECOMPUTE_FULL ? 1 : L; // block internals
+    int64_t Lg = m->recompute != LOOM_RECOMPUTE_NONE ? 1 : L; // GELU output
     int64_t chunk = N < m->logits_chunk ? N : m->logits_chunk;
     loom_dtype dt = m->be->dtype;
     size_t off = 0;
@@ -38,18 +41,18 @@ static size_t layout_acts(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
     TAKE(tokens, LOOM_I32, B, T);
     TAKE(targets, LOOM_I32, B, T);
     TAKE(encoded, dt, B, T, C);
-    TAKE(ln1, dt, L, B, T, C);
-    TAKE(ln1_mean, LOOM_F32, L, B, T);
-    TAKE(ln1_rstd, LOOM_F32, L, B, T);
-    TAKE(qkv, dt, L, B, T, 3 * C);
-    TAKE(atty, dt, L, B, T, C);
-    TAKE(att_lse, LOOM_F32, L, B, NH, T);
-    TAKE(residual2, dt, L, B, T, C);
-    TAKE(ln2, dt, L, B, T, C);
-    TAKE(ln2_mean, LOOM_F32, L, B, T);
-    TAKE(ln2_rstd, LOOM_F32, L, B, T);
-    TAKE(fch, dt, L, B, T, 4 * C);
-    TAKE(fch_gelu, dt, L, B, T, 4 * C);
+    TAKE(ln1, dt, Lb, B, T, C);
+    TAKE(ln1_mean, LOOM_F32, Lb, B, T);
+    TAKE(ln1_rstd, LOOM_F32, Lb, B, T);
+    TAKE(qkv, dt, Lb, B, T, 3 * C);
+    TAKE(atty, dt, Lb, B, T, C);
+    TAKE(att_lse, LOOM_F32, Lb, B, NH, T);
+    TAKE(residual2, dt, Lb, B, T, C);
+    TAKE(ln2, dt, Lb, B, T, C);
+    TAKE(ln2_mean, LOOM_F32, Lb, B, T);
+    TAKE(ln2_rstd, LOOM_F32, Lb, B, T);
+    TAKE(fch, dt, Lb, B, T, 4 * C);
+    TAKE(fch_gelu, dt, Lg, B, T, 4 * C);
     TAKE(residual3, dt, L, B, T, C);
     TAKE(proj, dt, B, T, C);
     TAKE(lnf, dt, B, T, C);
@@ -196,35 +199,40 @@ size_t loom_gpt2_memory_bytes(const loom_gpt2 *m) {
     return total;
 }
 
+// Block l on its input x (B,T,C): writes its activations and residual3[l] (its output).
+static void block_forward(loom_gpt2 *m, const loom_gpt2_acts *a, int l, loom_tensor x) {
+    loom_backend *be = m->be;
+    const loom_tensor *p = m->p;
+    loom_tensor ln1 = layer(&a->ln1, l), qkv = layer(&a->qkv, l), atty = layer(&a->atty, l);
+    loom_tensor residual2 = layer(&a->residual2, l), ln2 = layer(&a->ln2, l);
+    loom_tensor fch = layer(&a->fch, l), fch_gelu = layer(&a->fch_gelu, l);
+    be->layernorm_forward(be, ln1, layer(&a->ln1_mean, l), layer(&a->ln1_rstd, l), x,
+                          loom_index(&p[P_LN1W], l), loom_index(&p[P_LN1B], l));
+    be->matmul_forward(be, qkv, ln1, loom_index(&p[P_QKVW], l), loom_index(&p[P_QKVB], l));
+    be->attention_forward(be, atty, layer(&a->att_lse, l), qkv, m->cfg.num_heads);
+    be->matmul_forward(be, a->proj, atty, loom_index(&p[P_ATTPROJW], l), loom_index(&p[P_ATTPROJB], l));
+    be->residual_forward(be, residual2, x, a->proj);
+    be->layernorm_forward(be, ln2, layer(&a->ln2_mean, l), layer(&a->ln2_rstd, l), residual2,
+                          loom_index(&p[P_LN2W], l), loom_index(&p[P_LN2B], l));
+    be->matmul_forward(be, fch, ln2, loom_index(&p[P_FCW], l), loom_index(&p[P_FCB], l));
+    be->gelu_forward(be, fch_gelu, fch);
+    be->matmul_forward(be, a->proj, fch_gelu, loom_index(&p[P_FCPROJW], l), loom_index(&p[P_FCPROJB], l));
+    be->residual_forward(be, layer(&a->residual3, l), residual2, a->proj);
+}
+
+// The input of block l: the embeddings or the previous block's output.
+static loom_tensor block_input(const loom_gpt2_acts *a, int l) {
+    return l == 0 ? a->encoded : layer(&a->residual3, l - 1);
+}
+
 // Embedding and the L blocks; leaves the final LayerNorm's output in a->lnf.
 static void forward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a) {
     loom_backend *be = m->be;
     const loom_tensor *p = m->p;
-    int NH = m->cfg.num_heads;
+    int L = m->cfg.num_layers;
     be->encoder_forward(be, a->encoded, a->tokens, p[P_WTE], p[P_WPE]);
-    loom_tensor x = a->encoded; // (B,T,C) residual stream
-    for (int l = 0; l < m->cfg.num_layers; l++) {
-        loom_tensor ln1 = layer(&a->ln1, l), qkv = layer(&a->qkv, l), atty = layer(&a->atty, l);
-        loom_tensor residual2 = layer(&a->residual2, l), ln2 = layer(&a->ln2, l);
-        loom_tensor fch = layer(&a->fch, l), fch_gelu = layer(&a->fch_gelu, l);
-        loom_tensor residual3 = layer(&a->residual3, l);
-        be->layernorm_forward(be, ln1, layer(&a->ln1_mean, l), layer(&a->ln1_rstd, l), x,
-                              loom_index(&p[P_LN1W], l), loom_index(&p[P_LN1B], l));
-        be->matmul_forward(be, qkv, ln1, loom_index(&p[P_QKVW], l), loom_index(&p[P_QKVB], l));
-        be->attention_forward(be, atty, layer(&a->att_lse, l), qkv, NH);
-        be->matmul_forward(be, a->proj, atty, loom_index(&p[P_ATTPROJW], l),
-                           loom_index(&p[P_ATTPROJB], l));
-        be->residual_forward(be, residual2, x, a->proj);
-        be->layernorm_forward(be, ln2, layer(&a->ln2_mean, l), layer(&a->ln2_rstd, l), residual2,
-                              loom_index(&p[P_LN2W], l), loom_index(&p[P_LN2B], l));
-        be->matmul_forward(be, fch, ln2, loom_index(&p[P_FCW], l), loom_index(&p[P_FCB], l));
-        be->gelu_forward(be, fch_gelu, fch);
-        be->matmul_forward(be, a->proj, fch_gelu, loom_index(&p[P_FCPROJW], l),
-                           loom_index(&p[P_FCPROJB], l));
-        be->residual_forward(be, residual3, residual2, a->proj);
-        x = residual3;
-    }
-    be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, p[P_LNFW], p[P_LNFB]);
+    for (int l = 0; l < L; l++) block_forward(m, a, l, block_input(a, l));
+    be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(a, L), p[P_LNFW], p[P_LNFB]);
 }
 
 // Output layer and loss over row chunks; with backward, also dlnf (into dlnf) and dwte +=.
@@ -269,7 +277,9 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
     grads_ready(m, L);
     for (int l = L - 1; l >= 0; l--) {
         // here dres = d(loss)/d(block l output)
-        loom_tensor x = l == 0 ? a->encoded : layer(&a->residual3, l - 1);
+        loom_tensor x = block_input(a, l);
+        if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, a, l, x); // the block's activations again
+        else if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, l), layer(&a->fch, l));
         loom_tensor residual2 = layer(&a->residual2, l), atty = layer(&a->atty, l);
         be->matmul_backward(be, g->dfch, loom_index(&dp[P_FCPROJW], l), loom_index(&dp[P_FCPROJB], l),
                             dres, layer(&a->fch_gelu, l), loom_index(&p[P_FCPROJW], l));
@@ -292,6 +302,16 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
     }
     be->encoder_backward(be, dp[P_WTE], dp[P_WPE], dres, a->tokens);
     grads_ready(m, -1);
+}
+
+loom_status loom_recompute_parse(const char *name, loom_recompute *mode) {
+    const char *names[] = {"none", "gelu", "full"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *mode = (loom_recompute)i;
+            return LOOM_OK;
+        }
+    return loom_fail(LOOM_EINVAL, "modes are: none, gelu, full", "unknown --recompute mode '%s'", name);
 }
 
 static void check_batch(const loom_gpt2 *m, int B, int T) {

@@ -42,6 +42,18 @@ typedef struct {
     loom_tensor dfch;      // (B,T,4C)
 } loom_gpt2_grad_acts;
 
+// Activation recomputation (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
+// Cost"; Korthikanti et al. 2022 for the selective form): what backward recomputes instead of
+// keeping from the forward pass. Gradients are bit-identical in every mode.
+typedef enum {
+    LOOM_RECOMPUTE_NONE, // keep every activation: (L,B,T,...) for each block tensor
+    LOOM_RECOMPUTE_GELU, // recompute gelu(fch) per layer: saves L*B*T*4C values
+    LOOM_RECOMPUTE_FULL, // keep block outputs only, re-run each block's forward in backward
+} loom_recompute;
+
+// "none", "gelu" or "full". Errors: LOOM_EINVAL naming the unknown mode.
+loom_status loom_recompute_parse(const char *name, loom_recompute *mode);
+
 typedef struct {
     loom_gpt2_config cfg;
     loom_backend *be;
@@ -51,6 +63,7 @@ typedef struct {
     void *grads;           // (num_elements) be->dtype, NULL unless allocated for training
     loom_tensor p[LOOM_GPT2_NUM_TENSORS], g[LOOM_GPT2_NUM_TENSORS]; // views into the two
     int max_B, max_T;      // activation capacity
+    loom_recompute recompute; // set before loom_gpt2_alloc (default: none)
     bool training;         // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
     int logits_chunk;      // rows of the output layer per chunk

@@ -1,5 +1,6 @@
 // Training pieces on fresh random inputs: GPT-2 initialisation statistics and thread-count
 // independence, gradient accumulation (2 micro-batches of B at scale 1/2 == one batch of 2B),
+// activation recomputation (bit-identical gradients, less memory),
 // the learning-rate schedules, and clipping.
 #include "harness.h"
 
@@ -86,6 +87,37 @@ static void test_accumulation(loom_backend *be, uint64_t seed) {
     loom_gpt2_free(m);
 }
 
+// Recomputing activations in backward gives bit-identical gradients with less memory.
+static void test_recompute(loom_backend *be, uint64_t seed) {
+    loom_gpt2_config cfg = tiny();
+    loom_gpt2 *m;
+    T_ASSERT(loom_gpt2_create(&m, be, &cfg) == LOOM_OK, "create");
+    loom_gpt2_init(m, seed);
+    int B = 3, T = 17;
+    int32_t x[3 * 17], y[3 * 17];
+    for (int i = 0; i < B * T; i++) x[i] = t_randint(0, cfg.vocab_size - 1), y[i] = t_randint(0, cfg.vocab_size - 1);
+    size_t bytes = (size_t)m->num_elements * sizeof(float);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    size_t mem[3];
+    double loss[3];
+    for (int mode = LOOM_RECOMPUTE_NONE; mode <= LOOM_RECOMPUTE_FULL; mode++) {
+        m->recompute = (loom_recompute)mode;
+        T_ASSERT(loom_gpt2_alloc(m, B, T, true) == LOOM_OK, "alloc");
+        mem[mode] = loom_gpt2_memory_bytes(m);
+        loom_gpt2_zero_grads(m);
+        loss[mode] = loom_gpt2_forward_backward(m, x, y, B, T, 1.0f);
+        loom_gpt2_get_grads(m, mode == 0 ? ref : got);
+        if (mode > 0)
+            T_ASSERT(memcmp(ref, got, bytes) == 0 && loss[mode] == loss[0], "recompute mode %d: gradients differ", mode);
+    }
+    T_ASSERT(mem[2] < mem[1] && mem[1] < mem[0], "memory none %zu > gelu %zu > full %zu", mem[0], mem[1], mem[2]);
+    loom_recompute r;
+    T_ASSERT(loom_recompute_parse("some", &r) == LOOM_EINVAL && strstr(loom_error_message(), "'some'"), "bad mode");
+    free(ref);
+    free(got);
+    loom_gpt2_free(m);
+}
+
 static void test_schedule(void) {
     loom_lr_schedule s = {LOOM_LR_COSINE, 1e-3f, 1e-4f, 10, 110};
     T_ASSERT(fabsf(loom_lr_at(&s, 0) - 1e-4f) < 1e-9f, "warmup start %g", (double)loom_lr_at(&s, 0));
@@ -113,6 +145,7 @@ int main(void) {
     if (loom_backend_create(&be, "cpu", LOOM_F32) != LOOM_OK) return 1;
     test_init(be, seed);
     test_accumulation(be, seed);
+    test_recompute(be, seed);
     test_schedule();
     test_clip();
     loom_backend_destroy(be);
