@@ -45,6 +45,10 @@ struct loom_backend {
     void (*zero)(loom_backend *be, void *p, size_t bytes);
     void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes); // within this backend's memory
     void (*synchronize)(loom_backend *be);
+    // Profiler ranges (NVTX on CUDA, so an Nsight Systems trace shows forward, backward, each
+    // block and the optimizer); nestable; NULL where there is no profiler.
+    void (*range_push)(loom_backend *be, const char *name);
+    void (*range_pop)(loom_backend *be);
 
     // ---- ops ----
     // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]

@@ -199,6 +199,18 @@ size_t loom_gpt2_memory_bytes(const loom_gpt2 *m) {
     return total;
 }
 
+// Profiler ranges around the passes and blocks (NVTX on a GPU; nothing on the CPU).
+static void range_push(loom_gpt2 *m, const char *what, int l) {
+    if (!m->be->range_push) return;
+    char name[32];
+    if (l >= 0) snprintf(name, sizeof name, "%s %d", what, l);
+    m->be->range_push(m->be, l >= 0 ? name : what);
+}
+
+static void range_pop(loom_gpt2 *m) {
+    if (m->be->range_pop) m->be->range_pop(m->be);
+}
+
 // Block l on its input x (B,T,C): writes its activations and residual3[l] (its output).
 static void block_forward(loom_gpt2 *m, const loom_gpt2_acts *a, int l, loom_tensor x) {
     loom_backend *be = m->be;
@@ -230,9 +242,15 @@ static void forward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a) {
     loom_backend *be = m->be;
     const loom_tensor *p = m->p;
     int L = m->cfg.num_layers;
+    range_push(m, "forward", -1);
     be->encoder_forward(be, a->encoded, a->tokens, p[P_WTE], p[P_WPE]);
-    for (int l = 0; l < L; l++) block_forward(m, a, l, block_input(a, l));
+    for (int l = 0; l < L; l++) {
+        range_push(m, "block", l);
+        block_forward(m, a, l, block_input(a, l));
+        range_pop(m);
+    }
     be->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, block_input(a, L), p[P_LNFW], p[P_LNFB]);
+    range_pop(m);
 }
 
 // Output layer and loss over row chunks; with backward, also dlnf (into dlnf) and dwte +=.
@@ -277,6 +295,7 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
     grads_ready(m, L);
     for (int l = L - 1; l >= 0; l--) {
         // here dres = d(loss)/d(block l output)
+        range_push(m, "block backward", l);
         loom_tensor x = block_input(a, l);
         if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, a, l, x); // the block's activations again
         else if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, l), layer(&a->fch, l));
@@ -298,6 +317,7 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
         be->layernorm_backward(be, dres, loom_index(&dp[P_LN1W], l), loom_index(&dp[P_LN1B], l), g->dbtc,
                                x, loom_index(&p[P_LN1W], l), layer(&a->ln1_mean, l),
                                layer(&a->ln1_rstd, l));
+        range_pop(m);
         grads_ready(m, l);
     }
     be->encoder_backward(be, dp[P_WTE], dp[P_WPE], dres, a->tokens);
@@ -342,8 +362,12 @@ double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int
     loom_gpt2_grad_acts g;
     layout_grad_acts(&g, m->grad_acts_mem, m, B, T);
     forward_blocks(m, &a);
+    range_push(m, "head", -1);
     double loss = head(m, &a, grad_scale / (float)(B * T), true, g.dbtc);
+    range_pop(m);
+    range_push(m, "backward", -1);
     backward_blocks(m, &a, &g);
+    range_pop(m);
     return loss;
 }
 

@@ -65,6 +65,7 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                      const loom_adamw_config *cfg, float grad_scale) {
     loom_backend *be = o->be;
     size_t es = loom_dtype_size(be->dtype);
+    if (be->range_push) be->range_push(be, "optimizer");
     o->t++;
     for (int r = 0; r < o->nranges; r++) {
         const loom_param_range *g = &o->ranges[r];
@@ -83,4 +84,5 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                          loom_view_dims((float *)o->m + g->state_offset, LOOM_F32, &n, 1),
                          loom_view_dims((float *)o->v + g->state_offset, LOOM_F32, &n, 1), args);
     }
+    if (be->range_pop) be->range_pop(be);
 }

@@ -5,6 +5,8 @@
 // ops are kernels, one concept per file beside this one (cuda_ops.h lists them).
 #include "backend/cuda/cuda_ops.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include <string.h>
 
 #define LT_WORKSPACE_BYTES ((size_t)32 << 20) // cuBLASLt workspace (Hopper kernels like 32 MiB)
@@ -86,6 +88,9 @@ static void cuda_destroy(loom_backend *be) {
     free(cu);
 }
 
+static void cuda_range_push(loom_backend *be, const char *name) { nvtxRangePushA(name); }
+static void cuda_range_pop(loom_backend *be) { nvtxRangePop(); }
+
 extern "C" cudaStream_t loom_cuda_stream(loom_backend *be) {
     LOOM_CHECK(be && strcmp(be->name, "cuda") == 0);
     return cuda_of(be)->stream;
@@ -153,6 +158,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .zero = cuda_zero,
         .copy = cuda_copy,
         .synchronize = cuda_synchronize,
+        .range_push = cuda_range_push,
+        .range_pop = cuda_range_pop,
         .encoder_forward = cuda_encoder_forward,
         .encoder_backward = cuda_encoder_backward,
         .layernorm_forward = cuda_layernorm_forward,
