@@ -36,6 +36,7 @@ typedef struct {
 struct loom_backend {
     const char *name;  // "cpu" or "cuda"
     loom_dtype dtype;  // dtype of parameters, activations and their gradients
+    size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
 
     // ---- memory (device memory for a GPU backend) ----
     void *(*alloc)(loom_backend *be, size_t bytes); // zero-filled; NULL when out of memory

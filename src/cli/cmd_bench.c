@@ -1,6 +1,7 @@
 // `loom bench`: timed training steps on random tokens for a named config. Prints tokens/s,
 // achieved FLOP rate (6N + 6LTC FLOPs per token) against the backend's own measured matmul
-// rate, the step split into forward / backward / optimizer, and peak memory.
+// rate, the step split into forward / backward / optimizer, and peak memory (the backend's
+// allocations: device memory on a GPU).
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/flags.h"
@@ -12,7 +13,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -125,12 +125,10 @@ int loom_cmd_bench(int argc, char **argv) {
     }
     double fwd = median(t_fwd, steps), fb = median(t_fb, steps), op = median(t_opt, steps);
     double step = fb + op, flops = loom_gpt2_flops_per_token(&cfg, T) * (double)n;
-    double mm = matmul_rate(be, 2048);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
     char params[32], peak[32];
     cli_human_count(params, sizeof params, (double)loom_gpt2_num_params(&cfg));
-    cli_human_bytes(peak, sizeof peak, (double)ru.ru_maxrss * 1024.0);
+    cli_human_bytes(peak, sizeof peak, (double)be->peak_bytes); // the training's, not matmul_rate's
+    double mm = matmul_rate(be, 2048);
     printf("bench %s (%s params) B=%d T=%d on %s, %d threads, median of %d steps\n", model, params, B,
            T, be->name, omp_get_max_threads(), steps);
     printf("| step ms | fwd ms | bwd ms | opt ms | tokens/s | GFLOP/s | matmul GFLOP/s | ratio |%s peak mem |\n",

@@ -118,6 +118,9 @@ static loom_status train_loop(trainer *t, bool *report) {
     }
     LOOM_TRY(validate(t, t->st.step));
     if (o->sample_every) sample(t, t->st.step);
+    char peak[32];
+    cli_human_bytes(peak, sizeof peak, (double)t->be->peak_bytes);
+    loom_info("peak memory %s on rank 0's %s (allocations of the backend)\n", peak, t->be->name);
     return o->ckpt_dir ? train_checkpoint(t, report) : LOOM_OK;
 }
 

@@ -139,12 +139,15 @@ void train_print_config(const trainer *t) {
     const train_options *o = &t->o;
     const loom_gpt2_config *c = &t->model->cfg;
     int B = o->batch, T = t->st.seq_len;
-    char n[32], tok[32], mem[32], opt_mem[32], bucket[32];
+    char n[32], tok[32], bucket[32], pmem[32], amem[32], omem[32];
+    size_t es = loom_dtype_size(t->be->dtype), pbytes = (size_t)t->model->num_elements * es;
+    size_t obytes = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
     cli_human_count(n, sizeof n, (double)loom_gpt2_num_params(c));
     cli_human_count(tok, sizeof tok, (double)loom_loader_num_tokens(t->train));
-    cli_human_bytes(mem, sizeof mem, (double)loom_gpt2_memory_bytes(t->model));
-    cli_human_bytes(opt_mem, sizeof opt_mem, 8.0 * (double)loom_dp_state_elements(t->dp));
-    cli_human_bytes(bucket, sizeof bucket, (double)loom_dp_bucket_elements(t->dp) * loom_dtype_size(t->be->dtype));
+    cli_human_bytes(pmem, sizeof pmem, 2.0 * (double)pbytes);
+    cli_human_bytes(amem, sizeof amem, (double)(loom_gpt2_memory_bytes(t->model) - 2 * pbytes));
+    cli_human_bytes(omem, sizeof omem, (double)obytes);
+    cli_human_bytes(bucket, sizeof bucket, (double)loom_dp_bucket_elements(t->dp) * es);
     cli_table_rule();
     cli_table_row("model", "%s: L=%d NH=%d C=%d maxT=%d V=%d (padded %d)",
                   o->init ? o->init : (o->resume && t->st.step ? "resumed" : o->model), c->num_layers,
@@ -171,8 +174,8 @@ void train_print_config(const trainer *t) {
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
     cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
                   omp_get_max_threads());
-    cli_table_row("memory per rank", "%s model + activations (recompute %s), %s AdamW moments", mem,
-                  o->recompute, opt_mem);
+    cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW", pmem, amem,
+                  o->recompute, omem);
     cli_table_rule();
 }
 

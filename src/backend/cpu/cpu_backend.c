@@ -6,14 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+// Each block starts with a 64-byte header holding its size (for the memory accounting), so
+// the caller's pointer stays 64-byte aligned.
+enum { HEADER = 64 };
+
 static void *cpu_alloc(loom_backend *be, size_t bytes) {
-    size_t n = bytes == 0 ? 64 : (bytes + 63) / 64 * 64; // aligned_alloc wants a multiple
-    void *p = aligned_alloc(64, n);
-    if (p) memset(p, 0, n);
-    return p;
+    size_t n = (bytes + 63) / 64 * 64; // aligned_alloc wants a multiple
+    char *p = aligned_alloc(64, HEADER + n);
+    if (!p) return NULL;
+    memset(p + HEADER, 0, n);
+    memcpy(p, &n, sizeof n);
+    be->bytes_in_use += n;
+    if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    return p + HEADER;
 }
 
-static void cpu_free(loom_backend *be, void *p) { free(p); }
+static void cpu_free(loom_backend *be, void *p) {
+    if (!p) return;
+    size_t n;
+    memcpy(&n, (char *)p - HEADER, sizeof n);
+    be->bytes_in_use -= n;
+    free((char *)p - HEADER);
+}
 
 static void cpu_copy(loom_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);

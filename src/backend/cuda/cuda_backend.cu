@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_ops.h"
 
 #include <nvtx3/nvToolsExt.h>
+#include <uthash.h>
 
 #include <string.h>
 
@@ -16,6 +17,12 @@ void cuda_check_failed(const char *what, const char *error, const char *call, co
     fprintf(stderr, "loom: %s error at %s:%d: %s (%s)\n", what, file, line, error, call);
     abort();
 }
+
+struct cuda_block { // one live allocation
+    void *ptr;
+    size_t bytes;
+    UT_hash_handle hh;
+};
 
 static void *cuda_alloc(loom_backend *be, size_t bytes) {
     loom_cuda *cu = cuda_of(be);
@@ -29,13 +36,25 @@ static void *cuda_alloc(loom_backend *be, size_t bytes) {
     CUDA_CHECK(e);
     CUDA_CHECK(cudaMemsetAsync(p, 0, n, cu->stream));
     CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    cuda_block *b = (cuda_block *)loom_xmalloc(sizeof *b);
+    b->ptr = p;
+    b->bytes = n;
+    HASH_ADD_PTR(cu->blocks, ptr, b);
+    cuda_account(cu, (long long)n);
     return p;
 }
 
 static void cuda_free(loom_backend *be, void *p) {
     if (!p) return;
-    CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->stream)); // no op may still use it
+    loom_cuda *cu = cuda_of(be);
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // no op may still use it
     CUDA_CHECK(cudaFree(p));
+    cuda_block *b;
+    HASH_FIND_PTR(cu->blocks, &p, b);
+    LOOM_CHECK(b); // freeing what this backend did not allocate
+    cuda_account(cu, -(long long)b->bytes);
+    HASH_DEL(cu->blocks, b);
+    free(b);
 }
 
 static void cuda_upload(loom_backend *be, void *dst, const void *host_src, size_t bytes) {
@@ -73,6 +92,7 @@ void *cuda_scratch(loom_cuda *cu, size_t bytes) {
         n = (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); // whole MiB
         cu->scratch = NULL;
         CUDA_CHECK(cudaMalloc(&cu->scratch, n));
+        cuda_account(cu, (long long)n - (long long)cu->scratch_bytes);
         cu->scratch_bytes = n;
     }
     return cu->scratch;
@@ -85,6 +105,11 @@ static void cuda_destroy(loom_backend *be) {
     CUDA_CHECK(cudaFree(cu->workspace));
     CUBLAS_CHECK(cublasLtDestroy(cu->lt));
     CUDA_CHECK(cudaStreamDestroy(cu->stream));
+    cuda_block *b, *tmp;
+    HASH_ITER(hh, cu->blocks, b, tmp) { // blocks still allocated: their records only
+        HASH_DEL(cu->blocks, b);
+        free(b);
+    }
     free(cu);
 }
 
@@ -151,6 +176,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
     cu->base = loom_backend{ // C++20 designated initializers, in member order
         .name = "cuda",
         .dtype = dtype,
+        .bytes_in_use = 0,
+        .peak_bytes = 0,
         .alloc = cuda_alloc,
         .free = cuda_free,
         .upload = cuda_upload,
@@ -176,6 +203,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .sumsq = cuda_sumsq,
         .destroy = cuda_destroy,
     };
+    cuda_account(cu, (long long)cu->workspace_bytes);
     *out = &cu->base;
     return LOOM_OK;
 }

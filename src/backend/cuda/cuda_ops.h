@@ -50,7 +50,14 @@ typedef struct {
     void *scratch;            // per-op temporaries, reused in stream order (cuda_scratch)
     size_t scratch_bytes;
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
+    struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
 } loom_cuda;
+
+// Counts `bytes` more (or fewer, when negative) device memory in use.
+static inline void cuda_account(loom_cuda *cu, long long bytes) {
+    cu->base.bytes_in_use += (size_t)bytes;
+    if (cu->base.bytes_in_use > cu->base.peak_bytes) cu->base.peak_bytes = cu->base.bytes_in_use;
+}
 
 static inline loom_cuda *cuda_of(loom_backend *be) { return (loom_cuda *)be; }
 
