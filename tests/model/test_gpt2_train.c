@@ -61,14 +61,20 @@ static void test_init(loom_backend *be, uint64_t seed) {
     loom_gpt2_free(m);
 }
 
-static void test_accumulation(loom_backend *be, uint64_t seed) {
+// The tiny model, initialised from seed, and n random input and target tokens.
+static loom_gpt2 *tiny_model(loom_backend *be, uint64_t seed, int32_t *x, int32_t *y, int n) {
     loom_gpt2_config cfg = tiny();
     loom_gpt2 *m;
     T_ASSERT(loom_gpt2_create(&m, be, &cfg) == LOOM_OK, "create");
     loom_gpt2_init(m, seed);
+    for (int i = 0; i < n; i++) x[i] = t_randint(0, cfg.vocab_size - 1), y[i] = t_randint(0, cfg.vocab_size - 1);
+    return m;
+}
+
+static void test_accumulation(loom_backend *be, uint64_t seed) {
     int B = 2, T = 19;
     int32_t x[2 * 2 * 19], y[2 * 2 * 19];
-    for (int i = 0; i < 2 * B * T; i++) x[i] = t_randint(0, cfg.vocab_size - 1), y[i] = t_randint(0, cfg.vocab_size - 1);
+    loom_gpt2 *m = tiny_model(be, seed, x, y, 2 * B * T);
     size_t bytes = (size_t)m->num_elements * sizeof(float);
     float *whole = malloc(bytes), *accum = malloc(bytes);
     T_ASSERT(loom_gpt2_alloc(m, 2 * B, T, true) == LOOM_OK, "alloc");
@@ -89,13 +95,9 @@ static void test_accumulation(loom_backend *be, uint64_t seed) {
 
 // Recomputing activations in backward gives bit-identical gradients with less memory.
 static void test_recompute(loom_backend *be, uint64_t seed) {
-    loom_gpt2_config cfg = tiny();
-    loom_gpt2 *m;
-    T_ASSERT(loom_gpt2_create(&m, be, &cfg) == LOOM_OK, "create");
-    loom_gpt2_init(m, seed);
     int B = 3, T = 17;
     int32_t x[3 * 17], y[3 * 17];
-    for (int i = 0; i < B * T; i++) x[i] = t_randint(0, cfg.vocab_size - 1), y[i] = t_randint(0, cfg.vocab_size - 1);
+    loom_gpt2 *m = tiny_model(be, seed, x, y, B * T);
     size_t bytes = (size_t)m->num_elements * sizeof(float);
     float *ref = malloc(bytes), *got = malloc(bytes);
     size_t mem[3];
