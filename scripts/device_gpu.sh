@@ -90,6 +90,9 @@ if [ "${1:-}" = "--bench" ]; then # loom and the PyTorch peer on the same GPU, g
         --device cuda --peak-tflops 989 | tee '$OUTDIR/bench_loom_gpt2.txt'" || failed=1
     step "bench pytorch gpt2" sh -c "python3 '$ROOT/bench/peer/gpt2_torch.py' --model gpt2 --batch 16 --seq 1024 \
         --steps 10 | tee '$OUTDIR/bench_torch_gpt2.json'" || failed=1
+    step "bench loom attention" sh -c "'$BUILD/bench/bench_attention' | tee '$OUTDIR/bench_loom_attention.md'" || failed=1
+    step "bench pytorch attention" sh -c "python3 '$ROOT/bench/peer/attention_torch.py' | tee '$OUTDIR/bench_torch_attention.md'" ||
+        failed=1
 fi
 summary
 exit $failed
