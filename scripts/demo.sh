@@ -15,12 +15,13 @@ fi
 if [ ! -f "$OUT/brown_train_000000.bin" ]; then
   $LOOM tokenize --out "$OUT" --name brown --val-fraction 0.1 "$OUT/text"
 fi
-# 3. train the default model (gpt2-mini) from scratch
+# 3. train the default model (gpt2-mini) from scratch, on the CPU (the recorded demo; the GPU
+#    path is not yet measured end to end)
 rm -rf "$OUT/ckpt"
 $LOOM train --model gpt2-mini --train-data "$OUT/brown_train_*.bin" --val-data "$OUT/brown_val_*.bin" \
   --batch 8 --seq 128 --steps "$STEPS" --lr 3e-3 --warmup 20 --val-every 50 --val-batches 20 \
-  --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl"
+  --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --device cpu
 MODEL=$(ls "$OUT"/ckpt/model_*.bin | tail -1)
 # 4. validation loss of the trained model and a sample from it
-$LOOM eval --model "$MODEL" --data "$OUT/brown_val_*.bin" --batch 8 --seq 128 --batches 20
-$LOOM sample --model "$MODEL" --prompt "The jury said" --tokens 64 --temperature 0.8 --top-k 40
+$LOOM eval --model "$MODEL" --data "$OUT/brown_val_*.bin" --batch 8 --seq 128 --batches 20 --device cpu
+$LOOM sample --model "$MODEL" --prompt "The jury said" --tokens 64 --temperature 0.8 --top-k 40 --device cpu
