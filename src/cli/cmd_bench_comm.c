@@ -5,11 +5,15 @@
 // broadcast 1 — comparable with the link's bandwidth whatever n is. Size is the full buffer
 // (all-gather: what each rank receives).
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/flags.h"
 #include "comm/comm.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "backend/backend.h"
+#ifdef LOOM_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,19 +49,26 @@ static loom_status run_op(loom_comm *c, bench_op op, void *send, void *recv, siz
     }
 }
 
+// The groups of a run: `dev` moves the buffers (MPI for host memory, NCCL for GPU memory),
+// `host` the timings.
+typedef struct {
+    loom_comm *dev, *host;
+    loom_backend *be;
+} bench_ctx;
+
 // Mean seconds per operation on the slowest rank.
-static loom_status time_op(loom_comm *c, loom_backend *be, bench_op op, void *send, void *recv, size_t count,
-                           loom_dtype dt, int warmup, int iters, double *seconds) {
-    for (int i = 0; i < warmup; i++) LOOM_TRY(run_op(c, op, send, recv, count, dt));
-    be->synchronize(be);
-    LOOM_TRY(loom_barrier(c));
+static loom_status time_op(const bench_ctx *x, bench_op op, void *send, void *recv, size_t count, loom_dtype dt,
+                           int warmup, int iters, double *seconds) {
+    for (int i = 0; i < warmup; i++) LOOM_TRY(run_op(x->dev, op, send, recv, count, dt));
+    x->be->synchronize(x->be);
+    LOOM_TRY(loom_barrier(x->host));
     double t0 = loom_now();
-    for (int i = 0; i < iters; i++) LOOM_TRY(run_op(c, op, send, recv, count, dt));
-    be->synchronize(be);
+    for (int i = 0; i < iters; i++) LOOM_TRY(run_op(x->dev, op, send, recv, count, dt));
+    x->be->synchronize(x->be); // waiting on a GPU collective makes the backend's stream wait for it
     double mine = (loom_now() - t0) / iters;
-    int W = loom_comm_size(c);
+    int W = loom_comm_size(x->host);
     double *all = loom_xmalloc((size_t)W * sizeof(double));
-    loom_status s = loom_allgather(c, &mine, all, 1, LOOM_F64, NULL);
+    loom_status s = loom_allgather(x->host, &mine, all, 1, LOOM_F64, NULL);
     *seconds = 0;
     for (int r = 0; r < W; r++) *seconds = all[r] > *seconds ? all[r] : *seconds;
     free(all);
@@ -75,9 +86,10 @@ static loom_status parse_ops(const char *name, bench_op *first, bench_op *last) 
                      "unknown collective '%s'", name);
 }
 
-static loom_status bench(loom_comm *c, loom_backend *be, bench_op first, bench_op last, size_t lo, size_t hi,
-                         int warmup, int iters) {
-    int W = loom_comm_size(c);
+static loom_status bench(const bench_ctx *x, bench_op first, bench_op last, size_t lo, size_t hi, int warmup,
+                         int iters) {
+    loom_backend *be = x->be;
+    int W = loom_comm_size(x->host);
     loom_dtype dt = be->dtype;
     size_t es = loom_dtype_size(dt);
     void *send = be->alloc(be, hi), *recv = be->alloc(be, hi);
@@ -87,7 +99,7 @@ static loom_status bench(loom_comm *c, loom_backend *be, bench_op first, bench_o
         return loom_fail(LOOM_ENOMEM, "lower --max-bytes", "cannot allocate 2 x %zu bytes", hi);
     }
     loom_info("# loom bench-comm: %d ranks, backend %s, %s buffers, %d warm-up + %d timed iterations\n", W,
-              loom_comm_backend(c), be->name, warmup, iters);
+              loom_comm_backend(x->dev), be->name, warmup, iters);
     loom_info("# %-15s %12s %12s %6s %11s %11s %11s\n", "op", "size(B)", "count", "type", "time(us)",
               "algbw(GB/s)", "busbw(GB/s)");
     loom_status s = LOOM_OK;
@@ -98,7 +110,7 @@ static loom_status bench(loom_comm *c, loom_backend *be, bench_op first, bench_o
             if (count == 0) continue;
             size_t size = (op == OP_ALLREDUCE || op == OP_BROADCAST ? count : count * (size_t)W) * es;
             double t;
-            s = time_op(c, be, op, send, recv, count, dt, warmup, iters, &t);
+            s = time_op(x, op, send, recv, count, dt, warmup, iters, &t);
             if (s == LOOM_OK)
                 loom_info("  %-15s %12zu %12zu %6s %11.1f %11.2f %11.2f\n", OP_NAMES[op], size, count,
                           loom_dtype_name(dt), t * 1e6, size / t / 1e9, size / t / 1e9 * bus_factor(op, W));
@@ -116,7 +128,7 @@ int loom_cmd_bench_comm(int argc, char **argv) {
         return 1;
     }
     loom_log_set_rank(loom_comm_rank(c), loom_comm_size(c));
-    const char *op = "allreduce", *min_text = "1K", *max_text = "64M", *device = "cpu";
+    const char *op = "allreduce", *min_text = "1K", *max_text = "64M", *device = "cpu", *precision = "fp32";
     int warmup = 5, iters = 20;
     const loom_flag flags[] = {
         {"op", FLAG_STR, &op, "allreduce, reduce_scatter, allgather, alltoall, broadcast or all"},
@@ -124,7 +136,8 @@ int loom_cmd_bench_comm(int argc, char **argv) {
         {"max-bytes", FLAG_STR, &max_text, "largest buffer; sizes double from the smallest"},
         {"warmup", FLAG_INT, &warmup, "untimed operations per size"},
         {"iters", FLAG_INT, &iters, "timed operations per size"},
-        {"device", FLAG_STR, &device, "where the buffers live: cpu (MPI)"},
+        {"device", FLAG_STR, &device, "where the buffers live: cpu (MPI) or cuda (NCCL, the GPU of the local rank)"},
+        {"precision", FLAG_STR, &precision, "element type: fp32 or bf16 (GPU)"},
     };
     const loom_cli cli = {"bench-comm", "Bandwidth of the collectives over the launched ranks (nccl-tests style).",
                           "mpirun -np N loom bench-comm [--op all --min-bytes 1K --max-bytes 64M]", flags,
@@ -142,13 +155,16 @@ int loom_cmd_bench_comm(int argc, char **argv) {
     if (s == LOOM_OK && !help && (lo > hi || warmup < 0 || iters < 1))
         s = loom_fail(LOOM_EINVAL, "need min <= max, --warmup >= 0, --iters >= 1",
                       "bad sizes or counts: %zu..%zu bytes, warmup %d, iters %d", lo, hi, warmup, iters);
-    if (s == LOOM_OK && !help) s = loom_backend_create(&be, device, LOOM_F32);
-    if (s == LOOM_OK && !help && strcmp(device, "cpu") != 0)
-        s = loom_fail(LOOM_EUNSUPPORTED, "use --device cpu", "collectives on %s buffers need the NCCL backend", device);
+    if (s == LOOM_OK && !help) s = cli_open_backend(device, precision, 0, loom_comm_local_rank(c), &be);
+    bench_ctx x = {c, c, be};
+#ifdef LOOM_HAVE_CUDA
+    if (s == LOOM_OK && !help && strcmp(be->name, "cuda") == 0) s = loom_comm_nccl(c, loom_cuda_stream(be), &x.dev);
+#endif
     bool report = true;
     s = loom_comm_agree(c, s, &report);
-    if (s == LOOM_OK && !help) s = bench(c, be, first, last, lo, hi, warmup, iters);
+    if (s == LOOM_OK && !help) s = bench(&x, first, last, lo, hi, warmup, iters);
     if (s != LOOM_OK && report) loom_print_error();
+    if (x.dev != c) loom_comm_free(x.dev);
     loom_backend_destroy(be);
     loom_comm_finalize(c);
     return s == LOOM_OK ? 0 : 1;
