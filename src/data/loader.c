@@ -113,7 +113,6 @@ void loom_loader_close(loom_loader *l) {
 
 uint64_t loom_loader_num_batches(const loom_loader *l) { return l->num_batches; }
 uint64_t loom_loader_num_tokens(const loom_loader *l) { return l->num_tokens; }
-int loom_loader_num_shards(const loom_loader *l) { return l->nshards; }
 
 // Copies n tokens of the epoch's stream from position pos into out (int32).
 static void read_stream(const loom_loader *l, uint64_t pos, uint64_t n, int32_t *out) {

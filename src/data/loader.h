@@ -25,6 +25,5 @@ loom_status loom_loader_open(loom_loader **out, const char *pattern, int B, int 
 void loom_loader_close(loom_loader *l);
 uint64_t loom_loader_num_batches(const loom_loader *l); // nb: micro-batches per epoch
 uint64_t loom_loader_num_tokens(const loom_loader *l);  // N
-int loom_loader_num_shards(const loom_loader *l);
 // Micro-batch `index` (any index; epochs repeat): inputs and targets (B,T) int32, host memory.
 void loom_loader_get(loom_loader *l, uint64_t index, int32_t *inputs, int32_t *targets);

@@ -25,7 +25,6 @@ typedef struct loom_encoder loom_encoder;     // per-thread encoding state (matc
 // Errors: LOOM_EIO naming a missing file, LOOM_EFORMAT naming a malformed entry.
 loom_status loom_tokenizer_load(loom_tokenizer **out, const char *dir);
 void loom_tokenizer_free(loom_tokenizer *tok);
-int loom_tokenizer_vocab_size(const loom_tokenizer *tok); // 50257 for GPT-2
 
 // Encoding state for one thread: PCRE2 match data and a cache of pre-token -> ids.
 loom_encoder *loom_encoder_create(const loom_tokenizer *tok);

@@ -178,4 +178,3 @@ void loom_tokenizer_free(loom_tokenizer *t) {
     free(t);
 }
 
-int loom_tokenizer_vocab_size(const loom_tokenizer *t) { return t->vocab_size; }
