@@ -177,4 +177,3 @@ void loom_tokenizer_free(loom_tokenizer *t) {
     pcre2_code_free(t->pretokenizer);
     free(t);
 }
-
