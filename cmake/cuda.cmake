@@ -33,6 +33,7 @@ message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architect
 file(GLOB LOOM_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
 add_library(loom_cuda OBJECT ${LOOM_CUDA_SOURCES})
 target_include_directories(loom_cuda PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(loom_cuda SYSTEM PRIVATE ${UTHASH_INCLUDE_DIR})
 target_compile_definitions(loom_cuda PRIVATE _GNU_SOURCE LOOM_HAVE_CUDA)
 # warnings are errors: nvcc's own (--Werror all-warnings) and the host compiler's
 # (C++20 for designated initializers; CMake 3.25 does not know nvcc 13's dialects, hence -std)

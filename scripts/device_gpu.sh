@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine (nvcc 13, cmake, compute-sanitizer; no network needed): configure and build
 # loom into build-gpu (Release) with the CUDA backend, run the CUDA tests (every op against the
-# CPU; the PyTorch model fixtures in fp32 and bf16), the op tests again under compute-sanitizer
-# memcheck (small shapes), with --bench the training benchmark beside the PyTorch peer, and
-# print a summary table last.
+# CPU; the PyTorch model fixtures in fp32 and bf16; the whole model, tiny and gpt2, against the
+# CPU), the op tests again under compute-sanitizer memcheck (small shapes), with --bench the
+# training benchmarks beside the PyTorch peer (scripts/bench_gpu.sh) and the attention
+# benchmarks beside PyTorch's SDPA, and print a summary table last.
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
-#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench]
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -80,16 +81,16 @@ if [ ! -x "$BUILD/tests/test_cuda_backend" ]; then
     summary
     exit 1
 fi
+[ "${1:-}" = "--build-only" ] && { summary; exit 0; }
 step "cuda op tests" "$BUILD/tests/test_cuda_backend" || failed=1
-step "cuda op tests (ctest)" ctest --test-dir "$BUILD" -L cuda --output-on-failure || failed=1
+step "gpt2 fixtures on GPU (ctest)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|gpt2_devices' \
+    --output-on-failure || failed=1
+step "gpt2 GPU vs CPU" "$BUILD/tests/test_gpt2_devices" || failed=1
 step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
     --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
-if [ "${1:-}" = "--bench" ]; then # loom and the PyTorch peer on the same GPU, gpt2 B=16 T=1024
+if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
-    step "bench loom gpt2" sh -c "'$BUILD/loom' bench --model gpt2 --batch 16 --seq 1024 --steps 10 --warmup 3 \
-        --device cuda --peak-tflops 989 | tee '$OUTDIR/bench_loom_gpt2.txt'" || failed=1
-    step "bench pytorch gpt2" sh -c "python3 '$ROOT/bench/peer/gpt2_torch.py' --model gpt2 --batch 16 --seq 1024 \
-        --steps 10 | tee '$OUTDIR/bench_torch_gpt2.json'" || failed=1
+    step "bench gpt2 (loom, pytorch)" sh -c "bash '$ROOT/scripts/bench_gpu.sh' | tee '$OUTDIR/bench_gpt2.md'" || failed=1
     step "bench loom attention" sh -c "'$BUILD/bench/bench_attention' | tee '$OUTDIR/bench_loom_attention.md'" || failed=1
     step "bench pytorch attention" sh -c "python3 '$ROOT/bench/peer/attention_torch.py' | tee '$OUTDIR/bench_torch_attention.md'" ||
         failed=1

@@ -31,12 +31,24 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_scale; // e.g. the clipping factor min(1, max_norm / norm)
     int64_t t;        // 1-based step number, for bias correction
+    // Stochastic rounding of bf16 parameters written from fp32 master weights (Gupta et al.,
+    // "Deep Learning with Limited Numerical Precision", 2015): round up with probability equal
+    // to the fraction of the gap, so the rounding is unbiased. The random bits are a hash of
+    // (sr_seed, t, index0 + i), so they depend on the global element index, not the layout.
+    // Ignored without master weights or in fp32.
+    bool stochastic_rounding;
+    uint64_t sr_seed;
+    int64_t index0; // global index of element 0 of this range
 } loom_adamw_args;
 
 struct loom_backend {
     const char *name;  // "cpu" or "cuda"
     loom_dtype dtype;  // dtype of parameters, activations and their gradients
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
+    // Preferred size in bytes of a temporary that callers may split into chunks (the output
+    // layer's logits): large enough for the device's matmuls to run at full rate, small enough
+    // to bound memory (32 MiB on the CPU, 512 MiB on a GPU).
+    size_t chunk_bytes;
 
     // ---- memory (device memory for a GPU backend) ----
     void *(*alloc)(loom_backend *be, size_t bytes); // zero-filled; NULL when out of memory
@@ -97,6 +109,21 @@ struct loom_backend {
     // out = a + b, elementwise, same shapes; out may alias a or b
     void (*residual_forward)(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
 
+    // ---- fused forms: one pass where the plain ops above take two; the same results as the
+    // plain ops in sequence, up to where intermediate values are rounded ----
+    // The MLP's first layer and its GELU: pre (N,OC) = inp (N,C) @ w^T + bias; out (N,OC) = gelu(pre)
+    void (*matmul_gelu_forward)(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor inp,
+                                loom_tensor w, loom_tensor bias);
+    // matmul_backward of the layer after a GELU, with the GELU's backward folded in:
+    //   dinp (N,C) = (dout @ w) * gelu'(pre), pre (N,C) the GELU's input; dw +=, dbias += as matmul_backward
+    void (*matmul_gelu_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
+                                 loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+    // The residual add and the LayerNorm after it: res (N,C) = a + b (res may alias a or b), then
+    // out, mean, rstd = layernorm_forward(res, w, bias)
+    void (*residual_layernorm_forward)(loom_backend *be, loom_tensor res, loom_tensor out,
+                                       loom_tensor mean, loom_tensor rstd, loom_tensor a,
+                                       loom_tensor b, loom_tensor w, loom_tensor bias);
+
     // Fused softmax + cross-entropy over the first V of Vp columns (the padded columns get
     // probability 0), never storing the probabilities:
     //   losses (N) fp32: losses[i] = logsumexp(logits[i, 0:V)) - logits[i, targets[i]]
@@ -108,7 +135,8 @@ struct loom_backend {
 
     // AdamW on one contiguous range of n elements (see loom_adamw_args).
     //   param (n) be->dtype, updated in place; grad (n) be->dtype; m, v (n) fp32;
-    //   master (n) fp32 master weights when param is lower precision, else data NULL.
+    //   master (n) fp32 master weights when param is lower precision, else data NULL; then param
+    //   = master rounded to nearest, or stochastically (args.stochastic_rounding).
     void (*adamw_update)(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
                          loom_tensor m, loom_tensor v, loom_adamw_args args);
 

@@ -106,7 +106,8 @@ int loom_cmd_bench(int argc, char **argv) {
         x[i] = (int32_t)loom_rng_below(7, 1, i, (uint64_t)cfg.vocab_size);
         y[i] = (int32_t)loom_rng_below(7, 2, i, (uint64_t)cfg.vocab_size);
     }
-    loom_adamw_config ac = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    loom_adamw_config ac = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                            .grad_clip = 1.0f};
     double *t_fwd = loom_xmalloc((size_t)steps * sizeof(double)), *t_fb = loom_xmalloc((size_t)steps * sizeof(double));
     double *t_opt = loom_xmalloc((size_t)steps * sizeof(double));
     for (int i = -warmup; i < steps; i++) {

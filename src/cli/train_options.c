@@ -93,6 +93,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"eps", FLAG_FLOAT, &o->adamw.eps, "AdamW epsilon"},
         {"weight-decay", FLAG_FLOAT, &o->adamw.weight_decay, "decoupled weight decay (matrices and embeddings)"},
         {"grad-clip", FLAG_FLOAT, &o->adamw.grad_clip, "clip the global gradient norm to this (0: off)"},
+        {"stochastic-rounding", FLAG_BOOL, &o->adamw.stochastic_rounding, "bf16: round the parameters from the fp32 master weights stochastically (unbiased) instead of to nearest"},
         {"seed", FLAG_I64, &o->seed, "seed of initialisation, shuffling and sampling"},
         {"val-every", FLAG_INT, &o->val_every, "validation every N steps (0: only at the end)"},
         {"val-batches", FLAG_INT, &o->val_batches, "micro-batches per validation"},
@@ -115,5 +116,6 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
     int npos;
     LOOM_TRY(loom_flags_parse(&cli, argc, argv, help, &pos, &npos));
     if (*help) return LOOM_OK;
+    o->adamw.seed = (uint64_t)o->seed;
     return validate(o, world_size);
 }

@@ -162,9 +162,9 @@ void train_print_config(const trainer *t) {
                   (long long)t->st.step, (double)o->steps * o->global_batch * T);
     cli_table_row("schedule", "%s, lr %.3g -> %.3g, warmup %d", o->schedule, (double)o->lr.max_lr,
                   (double)o->lr.min_lr, o->warmup);
-    cli_table_row("optimizer", "AdamW b1 %g b2 %g eps %g wd %g, clip %g", (double)o->adamw.beta1,
+    cli_table_row("optimizer", "AdamW b1 %g b2 %g eps %g wd %g, clip %g%s", (double)o->adamw.beta1,
                   (double)o->adamw.beta2, (double)o->adamw.eps, (double)o->adamw.weight_decay,
-                  (double)o->adamw.grad_clip);
+                  (double)o->adamw.grad_clip, o->adamw.stochastic_rounding ? ", stochastic rounding" : "");
     cli_table_row("train data", "%s (%s tokens%s)", o->train_data, tok, o->shuffle ? ", shuffled" : "");
     if (o->val_data)
         cli_table_row("val data", "%s: %d batches, every %d steps", o->val_data, o->val_batches,

@@ -4,8 +4,8 @@
 //   for each layer l:
 //     qkv       = ln1(x) @ qkvw^T + qkvb                          (B,T,3C)
 //     atty      = causal_attention(qkv)                           (B,T,C)
-//     residual2 = x + atty @ attprojw^T + attprojb                (B,T,C)
-//     fch       = ln2(residual2) @ fcw^T + fcb                    (B,T,4C)
+//     residual2 = x + atty @ attprojw^T + attprojb                (B,T,C)  (add fused with ln2)
+//     fch       = ln2(residual2) @ fcw^T + fcb                    (B,T,4C) (GELU fused in)
 //     x         = residual2 + gelu(fch) @ fcprojw^T + fcprojb     (B,T,C)  (= residual3)
 //   logits = lnf(x) @ wte^T                                       (B,T,Vp)
 //   loss   = mean cross-entropy over the first V logits
@@ -94,8 +94,8 @@ loom_status loom_gpt2_create(loom_gpt2 **out, loom_backend *be, const loom_gpt2_
     m->cfg = *cfg;
     m->be = be;
     m->num_elements = loom_gpt2_param_table(cfg, m->specs);
-    // ~32 MB of fp32 logits per output chunk, and at least 64 rows
-    m->logits_chunk = (int)((1 << 23) / cfg->padded_vocab_size);
+    // at most the backend's preferred chunk of logits, and at least 64 rows
+    m->logits_chunk = (int)(be->chunk_bytes / ((size_t)cfg->padded_vocab_size * loom_dtype_size(be->dtype)));
     if (m->logits_chunk < 64) m->logits_chunk = 64;
     size_t bytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
     m->params = be->alloc(be, bytes);
@@ -223,11 +223,9 @@ static void block_forward(loom_gpt2 *m, const loom_gpt2_acts *a, int l, loom_ten
     be->matmul_forward(be, qkv, ln1, loom_index(&p[P_QKVW], l), loom_index(&p[P_QKVB], l));
     be->attention_forward(be, atty, layer(&a->att_lse, l), qkv, m->cfg.num_heads);
     be->matmul_forward(be, a->proj, atty, loom_index(&p[P_ATTPROJW], l), loom_index(&p[P_ATTPROJB], l));
-    be->residual_forward(be, residual2, x, a->proj);
-    be->layernorm_forward(be, ln2, layer(&a->ln2_mean, l), layer(&a->ln2_rstd, l), residual2,
-                          loom_index(&p[P_LN2W], l), loom_index(&p[P_LN2B], l));
-    be->matmul_forward(be, fch, ln2, loom_index(&p[P_FCW], l), loom_index(&p[P_FCB], l));
-    be->gelu_forward(be, fch_gelu, fch);
+    be->residual_layernorm_forward(be, residual2, ln2, layer(&a->ln2_mean, l), layer(&a->ln2_rstd, l),
+                                   x, a->proj, loom_index(&p[P_LN2W], l), loom_index(&p[P_LN2B], l));
+    be->matmul_gelu_forward(be, fch_gelu, fch, ln2, loom_index(&p[P_FCW], l), loom_index(&p[P_FCB], l));
     be->matmul_forward(be, a->proj, fch_gelu, loom_index(&p[P_FCPROJW], l), loom_index(&p[P_FCPROJB], l));
     be->residual_forward(be, layer(&a->residual3, l), residual2, a->proj);
 }
@@ -258,7 +256,8 @@ static void forward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a) {
 static double head(loom_gpt2 *m, const loom_gpt2_acts *a, float dloss, bool backward,
                    loom_tensor dlnf) {
     loom_backend *be = m->be;
-    int64_t N = loom_rows(&a->lnf), chunk = a->logits.shape[0];
+    int64_t N = loom_rows(&a->lnf), max_chunk = a->logits.shape[0];
+    int64_t nchunks = (N + max_chunk - 1) / max_chunk, chunk = (N + nchunks - 1) / nchunks; // equal chunks
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t r1 = r0 + chunk < N ? r0 + chunk : N, n = r1 - r0;
         loom_tensor lnf = loom_row_slice(&a->lnf, r0, r1);    // (n,C)
@@ -300,9 +299,8 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
         if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, a, l, x); // the block's activations again
         else if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, l), layer(&a->fch, l));
         loom_tensor residual2 = layer(&a->residual2, l), atty = layer(&a->atty, l);
-        be->matmul_backward(be, g->dfch, loom_index(&dp[P_FCPROJW], l), loom_index(&dp[P_FCPROJB], l),
-                            dres, layer(&a->fch_gelu, l), loom_index(&p[P_FCPROJW], l));
-        be->gelu_backward(be, g->dfch, layer(&a->fch, l), g->dfch);
+        be->matmul_gelu_backward(be, g->dfch, loom_index(&dp[P_FCPROJW], l), loom_index(&dp[P_FCPROJB], l),
+                                 dres, layer(&a->fch_gelu, l), loom_index(&p[P_FCPROJW], l), layer(&a->fch, l));
         be->matmul_backward(be, g->dbtc, loom_index(&dp[P_FCW], l), loom_index(&dp[P_FCB], l), g->dfch,
                             layer(&a->ln2, l), loom_index(&p[P_FCW], l));
         be->layernorm_backward(be, dres, loom_index(&dp[P_LN2W], l), loom_index(&dp[P_LN2B], l), g->dbtc,

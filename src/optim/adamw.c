@@ -76,7 +76,10 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                                 .eps = cfg->eps,
                                 .weight_decay = g->weight_decay ? cfg->weight_decay : 0.0f,
                                 .grad_scale = grad_scale,
-                                .t = o->t};
+                                .t = o->t,
+                                .stochastic_rounding = cfg->stochastic_rounding,
+                                .sr_seed = cfg->seed,
+                                .index0 = g->param_offset};
         be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->param_offset * es, be->dtype, &n, 1),
                          o->master ? loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1)
                                    : (loom_tensor){0},

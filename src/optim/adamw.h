@@ -11,6 +11,8 @@
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_clip; // max global gradient norm (0: no clipping)
+    bool stochastic_rounding; // bf16 parameters from the master weights: stochastic rounding
+    uint64_t seed;            // of its random bits (with the step and the element index)
 } loom_adamw_config;
 
 // A contiguous range sharing one weight-decay setting: parameters [param_offset, +numel) of

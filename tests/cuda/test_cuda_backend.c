@@ -113,7 +113,7 @@ static int32_t *d_ints(const int32_t *x, size_t n) {
 }
 
 // ---- comparison, and the worst error per op and mode for the summary ----
-#define MAX_OPS 48
+#define MAX_OPS 64
 static struct {
     const char *name;
     double worst[2];
@@ -291,6 +291,45 @@ static void test_elementwise(shape s) {
     b_free(&x), b_free(&y), b_free(&out), b_free(&d);
 }
 
+// The fused ops against the CPU's plain ops in sequence: the MLP's matmul + GELU forward, the
+// next layer's matmul backward with the GELU backward folded in, residual add + LayerNorm.
+static void test_fused(shape s) {
+    int N = s.B * s.T, C = s.C, OC = 4 * C;
+    buf x = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt), bias = b_randn((size_t)OC, 1, dt);
+    buf pre = b_nans((size_t)N * OC, dt), out = b_nans((size_t)N * OC, dt);
+    cpu->matmul_gelu_forward(cpu, HV(out, N, OC), HV(pre, N, OC), HV(x, N, C), HV(w, OC, C), HV(bias, OC));
+    gpu->matmul_gelu_forward(gpu, DV(out, N, OC), DV(pre, N, OC), DV(x, N, C), DV(w, OC, C), DV(bias, OC));
+    check("matmul+gelu pre", pre, s);
+    check("matmul+gelu out", out, s);
+    // the layer after the GELU: inp = out (N,OC), w2 (C,OC); dinp (N,OC) folds in gelu'(pre)
+    buf p2 = b_from(pre.h, pre.n, dt), in2 = b_from(out.h, out.n, dt), w2 = b_randn((size_t)C * OC, 0.2f, dt);
+    buf dout = b_randn((size_t)N * C, 1, dt), dinp = b_nans((size_t)N * OC, dt);
+    buf dw = b_randn((size_t)C * OC, 0.1f, dt), db = b_randn((size_t)C, 1, dt);
+    cpu->matmul_gelu_backward(cpu, HV(dinp, N, OC), HV(dw, C, OC), HV(db, C), HV(dout, N, C), HV(in2, N, OC),
+                              HV(w2, C, OC), HV(p2, N, OC));
+    gpu->matmul_gelu_backward(gpu, DV(dinp, N, OC), DV(dw, C, OC), DV(db, C), DV(dout, N, C), DV(in2, N, OC),
+                              DV(w2, C, OC), DV(p2, N, OC));
+    check("matmul+gelu dinp", dinp, s);
+    check("matmul+gelu dw +=", dw, s);
+    check("matmul+gelu dbias +=", db, s);
+    buf a = b_randn((size_t)N * C, 2, dt), b = b_randn((size_t)N * C, 1, dt), res = b_nans((size_t)N * C, dt);
+    buf ln = b_nans((size_t)N * C, dt), mean = b_nans((size_t)N, F32), rstd = b_nans((size_t)N, F32);
+    buf lw = b_randn((size_t)C, 1, dt), lb = b_randn((size_t)C, 1, dt);
+    for (int in_place = 0; in_place < 2; in_place++) { // res = a + b, then res = res + b
+        buf *r = in_place ? &a : &res;
+        cpu->residual_layernorm_forward(cpu, HV(*r, N, C), HV(ln, N, C), HV(mean, N), HV(rstd, N), HV(a, N, C),
+                                        HV(b, N, C), HV(lw, C), HV(lb, C));
+        gpu->residual_layernorm_forward(gpu, DV(*r, N, C), DV(ln, N, C), DV(mean, N), DV(rstd, N), DV(a, N, C),
+                                        DV(b, N, C), DV(lw, C), DV(lb, C));
+        check(in_place ? "residual+layernorm res (in place)" : "residual+layernorm res", *r, s);
+        check("residual+layernorm out", ln, s);
+        check("residual+layernorm mean", mean, s);
+        check("residual+layernorm rstd", rstd, s);
+    }
+    buf *all[] = {&x, &w, &bias, &pre, &out, &p2, &in2, &w2, &dout, &dinp, &dw, &db, &a, &b, &res, &ln, &mean, &rstd, &lw, &lb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
 // With large logits (|z| ~ 160) the CPU's lse = m + log(sum) is only good to an ulp of 160
 // (1.5e-5 relative in exp(z - lse)), so in fp32 mode those dlogits are checked against the fp64
 // reference of tests/backend/ref.c instead.
@@ -338,6 +377,46 @@ static void test_adamw(shape s, bool with_master) {
     free(vh), b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&param);
 }
 
+// Stochastic rounding of the bf16 parameters from the master weights (bf16 mode): with lr 0
+// the master values stay, and each parameter must be one of its two bf16 neighbours, rounded up
+// about as often as the fractions of the gaps say (within 6 standard deviations), the same for
+// the same seed and different for another.
+static void test_adamw_stochastic(void) {
+    size_t n = 200003;
+    loom_adamw_args a = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .t = 1,
+                         .stochastic_rounding = true, .sr_seed = 77, .index0 = 12345};
+    float *vh = loom_xcalloc(n, 4); // second moments >= 0 (zero: the update is m / eps, times lr 0)
+    buf master = b_randn(n, 1, F32), grad = b_randn(n, 1, dt), m = b_randn(n, 0.1f, F32), v = b_from(vh, n, F32);
+    buf param = b_randn(n, 1, dt);
+    free(vh);
+    uint16_t *runs[3];
+    for (int r = 0; r < 3; r++) {
+        a.sr_seed = r == 2 ? 78 : 77;
+        gpu->adamw_update(gpu, DV(param, n), DV(master, n), DV(grad, n), DV(m, n), DV(v, n), a);
+        runs[r] = loom_xmalloc(n * 2);
+        gpu->download(gpu, runs[r], param.d, n * 2);
+    }
+    double ups = 0, expect = 0, var = 0;
+    bool neighbours = true;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &master.h[i], 4);
+        uint16_t lo = (uint16_t)(u >> 16);
+        double frac = (double)(u & 0xffffu) / 65536.0;
+        neighbours = neighbours && (runs[0][i] == lo || runs[0][i] == (uint16_t)(lo + 1));
+        ups += runs[0][i] != lo;
+        expect += frac;
+        var += frac * (1 - frac);
+    }
+    record("adamw stochastic rounding (sd)", fabs(ups - expect) / sqrt(var));
+    T_ASSERT(neighbours, "stochastic rounding gave a value that is not a bf16 neighbour");
+    T_ASSERT(fabs(ups - expect) < 6 * sqrt(var), "stochastic rounding: %.0f rounded up, %.1f expected", ups, expect);
+    T_ASSERT(memcmp(runs[0], runs[1], n * 2) == 0, "stochastic rounding differs for the same seed");
+    T_ASSERT(memcmp(runs[0], runs[2], n * 2) != 0, "stochastic rounding is the same for another seed");
+    for (int r = 0; r < 3; r++) free(runs[r]);
+    b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&param);
+}
+
 static void test_sumsq(shape s) {
     size_t n = 3 * 65536 + 17 + (size_t)s.T * s.C;
     buf x = b_randn(n, 1, dt);
@@ -354,6 +433,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     dt = mode;
     tol = mode == LOOM_BF16 ? 1e-2 : 1e-5;
     test_memory();
+    if (mode == LOOM_BF16) test_adamw_stochastic();
     for (int i = 0; i < (quick ? NQUICK : NSHAPES); i++) {
         shape s = SHAPES[i];
         printf("%s B=%d T=%d C=%d NH=%d (hs %d)\n", loom_dtype_name(mode), s.B, s.T, s.C, s.NH, s.C / s.NH);
@@ -364,6 +444,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_matmul(s, true);
         test_attention(s);
         test_elementwise(s);
+        test_fused(s);
         test_crossentropy(s, 2.0f);
         test_crossentropy(s, 40.0f);
         test_adamw(s, false);

@@ -14,3 +14,8 @@ if(LOOM_HAVE_CUDA)
     set_tests_properties(gpt2_fixture_cuda_${precision} PROPERTIES SKIP_RETURN_CODE 77 LABELS cuda)
   endforeach()
 endif()
+# The whole model on the GPU against the CPU (loss and every gradient), tiny and gpt2, fp32 and bf16.
+if(LOOM_HAVE_CUDA)
+  loom_test(gpt2_devices SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_devices.c LABELS cuda)
+  set_tests_properties(gpt2_devices PROPERTIES SKIP_RETURN_CODE 77)
+endif()

@@ -146,7 +146,8 @@ int main(int argc, char **argv) {
     loom_adamw *opt;
     T_ASSERT(loom_adamw_create(&opt, be, m->num_elements, ranges, LOOM_GPT2_NUM_TENSORS) == LOOM_OK, "opt");
     loom_adamw_init_master(opt, m->params, m->num_elements);
-    loom_adamw_config cfg = {fx.lr, fx.beta1, fx.beta2, fx.eps, fx.wd, fx.clip};
+    loom_adamw_config cfg = {.lr = fx.lr, .beta1 = fx.beta1, .beta2 = fx.beta2, .eps = fx.eps, .weight_decay = fx.wd,
+                             .grad_clip = fx.clip};
     for (int s = 0; s < fx.steps; s++) {
         loom_gpt2_zero_grads(m);
         double l = loom_gpt2_forward_backward(m, fx.x, fx.y, fx.B, fx.T, 1.0f);

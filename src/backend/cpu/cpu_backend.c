@@ -50,6 +50,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
     *be = (loom_backend){
         .name = "cpu",
         .dtype = LOOM_F32,
+        .chunk_bytes = (size_t)32 << 20,
         .alloc = cpu_alloc,
         .free = cpu_free,
         .upload = cpu_copy,
@@ -68,6 +69,9 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .gelu_forward = cpu_gelu_forward,
         .gelu_backward = cpu_gelu_backward,
         .residual_forward = cpu_residual_forward,
+        .matmul_gelu_forward = cpu_matmul_gelu_forward,
+        .matmul_gelu_backward = cpu_matmul_gelu_backward,
+        .residual_layernorm_forward = cpu_residual_layernorm_forward,
         .softmax_crossentropy = cpu_softmax_crossentropy,
         .adamw_update = cpu_adamw_update,
         .sumsq = cpu_sumsq,

@@ -45,6 +45,13 @@ void cpu_attention_backward(loom_backend *be, loom_tensor dqkv, loom_tensor dout
 void cpu_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);
 void cpu_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
 void cpu_residual_forward(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
+void cpu_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor inp,
+                             loom_tensor w, loom_tensor bias);
+void cpu_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
+                              loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+void cpu_residual_layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out,
+                                    loom_tensor mean, loom_tensor rstd, loom_tensor a, loom_tensor b,
+                                    loom_tensor w, loom_tensor bias);
 void cpu_softmax_crossentropy(loom_backend *be, loom_tensor losses, loom_tensor logits,
                               loom_tensor targets, int V, float dloss, bool backward);
 void cpu_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,

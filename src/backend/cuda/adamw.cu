@@ -4,12 +4,32 @@
 //   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
 // param/grad (n) be->dtype, m/v (n) fp32. With master weights (master.data != NULL, fp32) the
 // update runs on the master copy and param receives it rounded to nearest (bf16); without, the
-// update runs on param itself. Bias corrections are computed once on the host in fp64.
+// update runs on param itself. Bias corrections are computed once on the host in fp64. With
+// args.stochastic_rounding (bf16 with master weights) param is the master value rounded
+// stochastically with hashed random bits (sr_bits) instead of to nearest.
 #include "backend/cuda/cuda_ops.h"
 
 #include <math.h>
 
 #define ADAMW_THREADS 256
+
+// 32 random bits for element i at step t: a SplitMix64 finalizer of the three words (Steele et
+// al., "Fast Splittable Pseudorandom Number Generators", OOPSLA 2014)
+__device__ __forceinline__ uint32_t sr_bits(uint64_t seed, int64_t t, int64_t i) {
+    uint64_t z = seed ^ ((uint64_t)t * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)i * 0xbf58476d1ce4e5b9ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+// x rounded to bf16 stochastically: the low 16 bits of x plus 16 random bits carry into the
+// kept half with probability (low bits) / 2^16, i.e. the fraction of the gap (finite x)
+__device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t bits) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) return __float2bfloat16_rn(x); // inf, NaN
+    u += bits & 0xffffu;
+    return __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
 
 __global__ void adamw_kernel(void *param, float *master, const void *grad, float *m, float *v,
                              int64_t n, loom_adamw_args a, float bc1, float bc2, bool bf) {
@@ -22,7 +42,10 @@ __global__ void adamw_kernel(void *param, float *master, const void *grad, float
         float p = master ? master[i] : ldx(param, i, bf);
         p -= a.lr * ((mi / bc1) / (sqrtf(vi / bc2) + a.eps) + a.weight_decay * p);
         if (master) master[i] = p;
-        stx(param, i, p, bf);
+        if (master && bf && a.stochastic_rounding)
+            ((__nv_bfloat16 *)param)[i] = bf16_stochastic(p, sr_bits(a.sr_seed, a.t, a.index0 + i));
+        else
+            stx(param, i, p, bf);
     }
 }
 

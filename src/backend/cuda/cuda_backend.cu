@@ -103,6 +103,7 @@ static void cuda_destroy(loom_backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cu->stream));
     if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
     CUDA_CHECK(cudaFree(cu->workspace));
+    cuda_matmul_free_cache(cu);
     CUBLAS_CHECK(cublasLtDestroy(cu->lt));
     CUDA_CHECK(cudaStreamDestroy(cu->stream));
     cuda_block *b, *tmp;
@@ -178,6 +179,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .dtype = dtype,
         .bytes_in_use = 0,
         .peak_bytes = 0,
+        .chunk_bytes = (size_t)512 << 20,
         .alloc = cuda_alloc,
         .free = cuda_free,
         .upload = cuda_upload,
@@ -198,6 +200,9 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .gelu_forward = cuda_gelu_forward,
         .gelu_backward = cuda_gelu_backward,
         .residual_forward = cuda_residual_forward,
+        .matmul_gelu_forward = cuda_matmul_gelu_forward,
+        .matmul_gelu_backward = cuda_matmul_gelu_backward,
+        .residual_layernorm_forward = cuda_residual_layernorm_forward,
         .softmax_crossentropy = cuda_softmax_crossentropy,
         .adamw_update = cuda_adamw_update,
         .sumsq = cuda_sumsq,

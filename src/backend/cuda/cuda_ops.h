@@ -51,6 +51,7 @@ typedef struct {
     size_t scratch_bytes;
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
+    struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
 } loom_cuda;
 
 // Counts `bytes` more (or fewer, when negative) device memory in use.
@@ -112,11 +113,14 @@ __device__ __forceinline__ float warp_max(float x) {
 // Row chunks of an (N, n) array: partial sums over fixed row chunks, then the chunks' sums
 // added in chunk order. The chunking depends only on N, so results repeat bit for bit.
 int64_t cuda_row_chunk(int64_t N);
-// dst[i] += sum over p in order of partials[p * stride + i]; bf16 where the flags say, else fp32
+// dst[i] += sum over p of partials[p * stride + i] in a fixed order; bf16 where the flags say, else fp32
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n);
 // dst (n) += column sums of x (N, n) of dtype bf ? bf16 : fp32, deterministically
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf);
+
+// Frees matmul.cu's cache of cuBLASLt algorithms (at destroy).
+void cuda_matmul_free_cache(loom_cuda *cu);
 
 // ---- the ops (one file each) ----
 extern "C" {
@@ -140,6 +144,13 @@ void cuda_attention_backward(loom_backend *be, loom_tensor dqkv, loom_tensor dou
 void cuda_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);
 void cuda_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
 void cuda_residual_forward(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
+void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor inp,
+                              loom_tensor w, loom_tensor bias);
+void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
+                               loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+void cuda_residual_layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out,
+                                     loom_tensor mean, loom_tensor rstd, loom_tensor a, loom_tensor b,
+                                     loom_tensor w, loom_tensor bias);
 void cuda_softmax_crossentropy(loom_backend *be, loom_tensor losses, loom_tensor logits,
                                loom_tensor targets, int V, float dloss, bool backward);
 void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,

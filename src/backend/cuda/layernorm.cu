@@ -3,93 +3,159 @@
 //   forward:  mean = sum(x)/C; rstd = 1/sqrt(sum((x-mean)^2)/C + eps); out = (x-mean)*rstd*w + b
 //   backward: n = (x-mean)*rstd, g = w*dout:
 //             dinp += (g - mean(g) - n*mean(g*n)) * rstd;  dw += sum_rows n*dout;  db += sum_rows dout
-// One warp per row for the row-local work (the row stays in L1 between the passes). dw/db sum
-// over rows through fixed row chunks and an in-order pass (reduce.cu), so they repeat bit for bit.
-#include "backend/cuda/cuda_ops.h"
+// One warp per row, 16-byte vectors along it (vec.cuh); the row stays in L1 between the passes.
+// residual_layernorm_forward is the forward kernel with the residual add in its first pass.
+// The backward is one kernel: a block per fixed row chunk (cuda_row_chunk), whose warps take its
+// rows in turn and keep their own dw/db sums in shared memory (a lane always owns the same
+// columns, so no atomics); the block adds its warps' sums in warp order into a per-chunk partial,
+// and cuda_add_partials adds the chunks in order. Everything depends only on N and C, so the
+// results repeat bit for bit.
+#include "backend/cuda/vec.cuh"
 
 #define LN_EPS 1e-5f
-#define LN_ROWS_PER_BLOCK 8 // warps per block, one row each
-#define LN_COL_THREADS 256
+#define LN_ROWS_PER_BLOCK 8          // forward: warps per block, one row each
+#define LN_BWD_WARPS 8               // backward: warps per block at most
+#define LN_BWD_SMEM_MAX (200 << 10)  // bytes of shared memory per backward block at most
 
-// out (N,C), mean (N), rstd (N) from inp (N,C), w (C), b (C)
-__global__ void layernorm_forward_kernel(void *out, float *mean, float *rstd, const void *inp,
-                                         const void *w, const void *b, int64_t N, int C, bool bf) {
+// out (N,C), mean (N), rstd (N) from x (N,C), w (C), b (C). With RES, x is first written as
+// ra + rb (rounded to T, as the plain residual add stores it; x may alias ra or rb: each lane
+// reads back only what it wrote).
+template <typename T, int W, bool RES>
+__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x, const T *ra,
+                                         const T *rb, const T *w, const T *b, int64_t N, int C) {
     int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= N) return;
-    const int64_t off = row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += ldx(inp, off + c, bf);
-    float m = warp_sum(s) / (float)C, v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = ldx(inp, off + c, bf) - m;
-        v += d * d;
+    x += row * C;
+    float s = 0.0f, v[W];
+    for (int c = lane * W; c < C; c += 32 * W) {
+        if constexpr (RES) {
+            float u[W];
+            vload<T, W>(v, ra + row * C + c);
+            vload<T, W>(u, rb + row * C + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) v[k] = to_f32(from_f32<T>(v[k] + u[k]));
+            vstore<T, W>(x + c, v);
+        } else {
+            vload<T, W>(v, x + c);
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) s += v[k];
     }
-    float r = 1.0f / sqrtf(warp_sum(v) / (float)C + LN_EPS);
-    for (int c = lane; c < C; c += 32)
-        stx(out, off + c, (ldx(inp, off + c, bf) - m) * r * ldx(w, c, bf) + ldx(b, c, bf), bf);
+    float m = warp_sum(s) / (float)C, var = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        vload<T, W>(v, x + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) var += (v[k] - m) * (v[k] - m);
+    }
+    float r = 1.0f / sqrtf(warp_sum(var) / (float)C + LN_EPS);
+    for (int c = lane * W; c < C; c += 32 * W) {
+        float wv[W], bv[W];
+        vload<T, W>(v, x + c);
+        vload<T, W>(wv, w + c);
+        vload<T, W>(bv, b + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) v[k] = (v[k] - m) * r * wv[k] + bv[k];
+        vstore<T, W>(out + row * C + c, v);
+    }
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
 }
 
-// dinp (N,C) += the row-local part of the backward
-__global__ void layernorm_backward_dinp_kernel(void *dinp, const void *dout, const void *inp,
-                                               const void *w, const float *mean, const float *rstd,
-                                               int64_t N, int C, bool bf) {
-    int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const int64_t off = row * C;
-    float m = mean[row], r = rstd[row], gsum = 0.0f, gnsum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float g = ldx(w, c, bf) * ldx(dout, off + c, bf);
-        gsum += g;
-        gnsum += g * (ldx(inp, off + c, bf) - m) * r;
+// dinp (N,C) += the row-local part; partials (nchunks, 2C) fp32: [chunk, c] = sum over the
+// chunk's rows of n*dout, [chunk, C + c] = sum of dout. One block per chunk of `chunk` rows;
+// shared memory: per warp 2C floats, element k of vector j of a row at [k * C/W + j] (so the
+// lanes of a warp hit consecutive words), db after dw.
+template <typename T, int W>
+__global__ void layernorm_backward_kernel(T *dinp, float *partials, const T *dout, const T *inp,
+                                          const T *w, const float *mean, const float *rstd,
+                                          int64_t N, int C, int64_t chunk) {
+    extern __shared__ float ln_smem[];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, nv = C / W;
+    float *acc = ln_smem + (int64_t)warp * 2 * C;
+    for (int c = lane; c < 2 * C; c += 32) acc[c] = 0.0f;
+    __syncwarp();
+    int64_t r0 = (int64_t)blockIdx.x * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
+    for (int64_t row = r0 + warp; row < r1; row += warps) {
+        const T *dy = dout + row * C, *x = inp + row * C;
+        T *dx = dinp + row * C;
+        float m = mean[row], r = rstd[row], gsum = 0.0f, gnsum = 0.0f, d[W], xv[W], wv[W];
+        for (int c = lane * W; c < C; c += 32 * W) {
+            vload<T, W>(d, dy + c);
+            vload<T, W>(xv, x + c);
+            vload<T, W>(wv, w + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                float g = wv[k] * d[k];
+                gsum += g;
+                gnsum += g * (xv[k] - m) * r;
+            }
+        }
+        float gmean = warp_sum(gsum) / (float)C, gnmean = warp_sum(gnsum) / (float)C;
+        for (int c = lane * W, j = lane; c < C; c += 32 * W, j += 32) {
+            float di[W];
+            vload<T, W>(d, dy + c);
+            vload<T, W>(xv, x + c);
+            vload<T, W>(wv, w + c);
+            vload<T, W>(di, dx + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) {
+                float n = (xv[k] - m) * r;
+                di[k] += (wv[k] * d[k] - gmean - n * gnmean) * r;
+                acc[k * nv + j] += n * d[k];
+                acc[C + k * nv + j] += d[k];
+            }
+            vstore<T, W>(dx + c, di);
+        }
     }
-    float gmean = warp_sum(gsum) / (float)C, gnmean = warp_sum(gnsum) / (float)C;
-    for (int c = lane; c < C; c += 32) {
-        float nrm = (ldx(inp, off + c, bf) - m) * r, g = ldx(w, c, bf) * ldx(dout, off + c, bf);
-        stx(dinp, off + c, ldx(dinp, off + c, bf) + (g - gmean - nrm * gnmean) * r, bf);
+    __syncthreads();
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+        int cc = c % C, at = (c / C) * C + (cc % W) * nv + cc / W;
+        float s = 0.0f;
+        for (int wi = 0; wi < warps; wi++) s += ln_smem[(int64_t)wi * 2 * C + at];
+        partials[(int64_t)blockIdx.x * 2 * C + c] = s;
     }
 }
 
-// partials (nchunks, 2C): [chunk, c] = sum over the chunk's rows of n*dout, [chunk, C + c] =
-// sum of dout, rows in order. grid (ceil(C / LN_COL_THREADS), nchunks)
-__global__ void layernorm_backward_partials_kernel(float *partials, const void *dout,
-                                                   const void *inp, const float *mean,
-                                                   const float *rstd, int64_t N, int C,
-                                                   int64_t chunk, bool bf) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
-    float pdw = 0.0f, pdb = 0.0f;
-    for (int64_t r = r0; r < r1; r++) {
-        float dy = ldx(dout, r * C + c, bf);
-        pdw += (ldx(inp, r * C + c, bf) - mean[r]) * rstd[r] * dy;
-        pdb += dy;
-    }
-    partials[blockIdx.y * 2 * (int64_t)C + c] = pdw;
-    partials[blockIdx.y * 2 * (int64_t)C + C + c] = pdb;
-}
-
-static unsigned ln_row_blocks(int64_t N) {
-    return (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+// res = a + b first when a.data (residual_layernorm_forward), then the LayerNorm of res
+static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out, loom_tensor mean,
+                              loom_tensor rstd, loom_tensor a, loom_tensor b, loom_tensor w,
+                              loom_tensor bias) {
+    bool bf = cuda_act(be, res), fused = a.data != NULL;
+    int64_t N = loom_rows(&res), C = loom_cols(&res);
+    LOOM_CHECK(cuda_act(be, out) == bf && cuda_act(be, w) == bf && cuda_act(be, bias) == bf);
+    LOOM_CHECK(loom_rows(&out) == N && loom_cols(&out) == C && loom_numel(&w) == C &&
+               loom_numel(&bias) == C && loom_numel(&mean) == N && loom_numel(&rstd) == N);
+    if (fused)
+        LOOM_CHECK(cuda_act(be, a) == bf && cuda_act(be, b) == bf && loom_numel(&a) == N * C &&
+                   loom_numel(&b) == N * C);
+    if (!N) return;
+    bool vec = cuda_vec_ok(bf, C, out.data, res.data, w.data, bias.data, fused ? a.data : NULL) &&
+               cuda_vec_ok(bf, C, fused ? b.data : NULL);
+    unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    CUDA_DISPATCH(bf, vec, {
+        auto kernel = fused ? layernorm_forward_kernel<T, W, true> : layernorm_forward_kernel<T, W, false>;
+        kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cuda_of(be)->stream>>>(
+            (T *)out.data, cuda_f32(mean), cuda_f32(rstd), (T *)res.data, (const T *)a.data,
+            (const T *)b.data, (const T *)w.data, (const T *)bias.data, N, (int)C);
+        CUDA_LAUNCH_CHECK();
+    });
 }
 
 extern "C" void cuda_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean,
                                        loom_tensor rstd, loom_tensor inp, loom_tensor w,
                                        loom_tensor b) {
-    bool bf = cuda_act(be, inp);
-    int64_t N = loom_rows(&inp), C = loom_cols(&inp);
-    LOOM_CHECK(cuda_act(be, out) == bf && cuda_act(be, w) == bf && cuda_act(be, b) == bf);
-    LOOM_CHECK(loom_rows(&out) == N && loom_cols(&out) == C && loom_numel(&w) == C &&
-               loom_numel(&b) == C && loom_numel(&mean) == N && loom_numel(&rstd) == N);
-    if (!N) return;
-    layernorm_forward_kernel<<<ln_row_blocks(N), 32 * LN_ROWS_PER_BLOCK, 0, cuda_of(be)->stream>>>(
-        out.data, cuda_f32(mean), cuda_f32(rstd), inp.data, w.data, b.data, N, (int)C, bf);
-    CUDA_LAUNCH_CHECK();
+    loom_tensor none = {};
+    layernorm_forward(be, inp, out, mean, rstd, none, none, w, b);
+}
+
+extern "C" void cuda_residual_layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out,
+                                                loom_tensor mean, loom_tensor rstd, loom_tensor a,
+                                                loom_tensor b, loom_tensor w, loom_tensor bias) {
+    LOOM_CHECK(a.data && b.data);
+    layernorm_forward(be, res, out, mean, rstd, a, b, w, bias);
 }
 
 extern "C" void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
@@ -104,16 +170,22 @@ extern "C" void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom
                loom_cols(&dout) == C && loom_numel(&w) == C && loom_numel(&dw) == C &&
                loom_numel(&db) == C && loom_numel(&mean) == N && loom_numel(&rstd) == N);
     if (!N) return;
-    const float *mu = cuda_f32(mean), *rs = cuda_f32(rstd);
-    layernorm_backward_dinp_kernel<<<ln_row_blocks(N), 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
-        dinp.data, dout.data, inp.data, w.data, mu, rs, N, (int)C, bf);
-    CUDA_LAUNCH_CHECK();
+    int warps = LN_BWD_WARPS;
+    while (warps > 1 && (size_t)warps * 2 * C * sizeof(float) > LN_BWD_SMEM_MAX) warps /= 2;
+    size_t smem = (size_t)warps * 2 * C * sizeof(float);
+    LOOM_CHECK(smem <= LN_BWD_SMEM_MAX); // C up to 25600
     int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
     float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * 2 * C) * sizeof(float));
-    dim3 grid((unsigned)((C + LN_COL_THREADS - 1) / LN_COL_THREADS), (unsigned)nchunks);
-    layernorm_backward_partials_kernel<<<grid, LN_COL_THREADS, 0, cu->stream>>>(
-        part, dout.data, inp.data, mu, rs, N, (int)C, chunk, bf);
-    CUDA_LAUNCH_CHECK();
+    bool vec = cuda_vec_ok(bf, C, dinp.data, dout.data, inp.data, w.data);
+    CUDA_DISPATCH(bf, vec, {
+        if (smem > (48 << 10))
+            CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, W>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        layernorm_backward_kernel<T, W><<<(unsigned)nchunks, 32 * warps, smem, cu->stream>>>(
+            (T *)dinp.data, part, (const T *)dout.data, (const T *)inp.data, (const T *)w.data,
+            cuda_f32(mean), cuda_f32(rstd), N, (int)C, chunk);
+        CUDA_LAUNCH_CHECK();
+    });
     cuda_add_partials(cu, dw.data, bf, part, false, nchunks, 2 * C, C);
     cuda_add_partials(cu, db.data, bf, part + C, false, nchunks, 2 * C, C);
 }

@@ -8,8 +8,16 @@
 //   dbias (OC) += column sums of dout: the BGRADB epilogue of the dw product (a reduction over
 //                 its k = N) into a scratch vector that is then added, or, where cuBLASLt has
 //                 no algorithm for that epilogue, a deterministic column sum (reduce.cu).
-// Each call asks the heuristic for one algorithm for its shapes and its pointers' alignment.
+// The MLP's GELU rides on epilogues in bf16 (as llm.c's gelu_fusion): GELU_AUX_BIAS writes
+// gelu(inp w^T + bias) and keeps the pre-activation as the aux matrix; DGELU multiplies the
+// dinp product by gelu'(pre) read from the aux matrix. In fp32 (the debugging mode, compared
+// with the CPU to 1e-5) and where cuBLASLt has no algorithm, the separate GELU kernels run.
+// The heuristic's algorithm for a product's shapes, epilogue and pointer alignments is asked
+// once and cached (a uthash table in the backend), since asking costs tens of microseconds of
+// host time per call.
 #include "backend/cuda/cuda_ops.h"
+
+#include <uthash.h>
 
 typedef struct { // D (m,n) = op(A) op(B) + beta D, column-major, lds in elements
     const void *a, *b;
@@ -19,7 +27,29 @@ typedef struct { // D (m,n) = op(A) op(B) + beta D, column-major, lds in element
     float beta;
     cublasLtEpilogue_t epilogue;
     void *bias; // bias (BIAS) or bias gradient (BGRADB), dtype of D; NULL without
+    void *aux;  // the GELU epilogues' pre-activation (m,n), leading dimension m; NULL without
 } lt_gemm;
+
+typedef struct { // what the heuristic's answer depends on (no padding: hashed as bytes)
+    int64_t m, n, k, lda, ldb, ldd;
+    int32_t transa, transb, epilogue, dtype;
+    uint32_t align_a, align_b, align_d, align_aux;
+} lt_key;
+
+struct lt_algo { // one cached heuristic answer
+    lt_key key;
+    cublasStatus_t status; // CUBLAS_STATUS_SUCCESS, or why there is no algorithm
+    cublasLtMatmulAlgo_t algo;
+    UT_hash_handle hh;
+};
+
+void cuda_matmul_free_cache(loom_cuda *cu) {
+    lt_algo *a, *tmp;
+    HASH_ITER(hh, cu->algos, a, tmp) {
+        HASH_DEL(cu->algos, a);
+        free(a);
+    }
+}
 
 static uint32_t lt_alignment(const void *p) { // largest power of two <= 256 dividing p
     uint32_t a = 256;
@@ -49,29 +79,45 @@ static cublasStatus_t lt_run(loom_cuda *cu, const lt_gemm *g) {
     lt_set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &g->epilogue, sizeof g->epilogue);
     if (g->bias) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
+    if (g->aux) {
+        lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
+        lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->m, sizeof g->m);
+    }
     cublasLtMatrixLayout_t la, lb, ld;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = cu->workspace_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, lt_alignment(g->a));
-    lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, lt_alignment(g->b));
-    lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, lt_alignment(g->d));
-    lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, lt_alignment(g->d));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (st == CUBLAS_STATUS_SUCCESS && (found == 0 || heur.state != CUBLAS_STATUS_SUCCESS))
-        st = CUBLAS_STATUS_NOT_SUPPORTED;
+    lt_key key = {g->m, g->n, g->k, g->lda, g->ldb, g->ldd, g->transa, g->transb, (int32_t)g->epilogue,
+                   (int32_t)type, lt_alignment(g->a), lt_alignment(g->b), lt_alignment(g->d),
+                  g->aux ? lt_alignment(g->aux) : 0};
+    lt_algo *hit;
+    HASH_FIND(hh, cu->algos, &key, sizeof key, hit);
+    if (!hit) {
+        hit = (lt_algo *)loom_xcalloc(1, sizeof *hit);
+        hit->key = key;
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        size_t ws = cu->workspace_bytes;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+        lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+        lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+        lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+        cublasLtMatmulHeuristicResult_t heur = {};
+        int found = 0;
+        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+        if (hit->status == CUBLAS_STATUS_SUCCESS && (found == 0 || heur.state != CUBLAS_STATUS_SUCCESS))
+            hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
+        hit->algo = heur.algo;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+        HASH_ADD(hh, cu->algos, key, sizeof key, hit);
+    }
+    cublasStatus_t st = hit->status;
     if (st == CUBLAS_STATUS_SUCCESS) {
         float alpha = 1.0f;
         CUBLAS_CHECK(cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d, ld,
-                                    &heur.algo, cu->workspace, cu->workspace_bytes, cu->stream));
+                                    &hit->algo, cu->workspace, cu->workspace_bytes, cu->stream));
     }
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
@@ -107,7 +153,7 @@ extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tens
     LOOM_CHECK(loom_cols(&w) == C && loom_rows(&out) == N && loom_cols(&out) == OC);
     if (bias.data) LOOM_CHECK(cuda_act(be, bias) == bf && loom_numel(&bias) == OC);
     lt_gemm g = {w.data, inp.data, out.data, OC, N, C, C, C, OC, true, false, 0.0f,
-                 bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias.data};
+                 bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias.data, NULL};
     if (lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
     LOOM_CHECK(bias.data); // no algorithm even without an epilogue
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -117,29 +163,57 @@ extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tens
     CUDA_LAUNCH_CHECK();
 }
 
-extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
-                                     loom_tensor dbias, loom_tensor dout, loom_tensor inp,
-                                     loom_tensor w) {
+extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre,
+                                         loom_tensor inp, loom_tensor w, loom_tensor bias) {
     loom_cuda *cu = cuda_of(be);
     bool bf = cuda_act(be, inp);
     int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
-    LOOM_CHECK(N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && cuda_act(be, dout) == bf &&
-               cuda_act(be, dw) == bf);
-    LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC &&
-               loom_rows(&dw) == OC && loom_cols(&dw) == C);
-    if (dinp.data) {
-        LOOM_CHECK(cuda_act(be, dinp) == bf && loom_rows(&dinp) == N && loom_cols(&dinp) == C);
-        lt_gemm g = {w.data, dout.data, dinp.data, C, N, OC, C, OC, C, false, false, 0.0f,
-                     CUBLASLT_EPILOGUE_DEFAULT, NULL};
-        lt_must_run(cu, &g);
+    LOOM_CHECK(cuda_act(be, out) == bf && cuda_act(be, pre) == bf && loom_rows(&out) == N &&
+               loom_cols(&out) == OC && loom_rows(&pre) == N && loom_cols(&pre) == OC);
+    if (bf && N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && loom_cols(&w) == C) {
+        lt_gemm g = {w.data, inp.data, out.data, OC, N, C, C, C, OC, true, false, 0.0f,
+                     bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                     bias.data, pre.data};
+        if (!bias.data || (cuda_act(be, bias) == bf && loom_numel(&bias) == OC))
+            if (lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
     }
+    cuda_matmul_forward(be, pre, inp, w, bias); // checks the shapes
+    cuda_gelu_forward(be, out, pre);
+}
+
+// dinp (N,C) = dout (N,OC) @ w (OC,C), times gelu'(pre) when pre.data (bf16: the DGELU
+// epilogue; otherwise the GELU backward kernel after the product)
+static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, loom_tensor w,
+                        loom_tensor pre) {
+    loom_cuda *cu = cuda_of(be);
+    int64_t N = loom_rows(&dout), OC = loom_cols(&dout), C = loom_cols(&w);
+    LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == N && loom_cols(&dinp) == C);
+    lt_gemm g = {w.data, dout.data, dinp.data, C, N, OC, C, OC, C, false, false, 0.0f,
+                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+    if (pre.data && be->dtype == LOOM_BF16) {
+        g.epilogue = CUBLASLT_EPILOGUE_DGELU;
+        g.aux = pre.data;
+        if (lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
+        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        g.aux = NULL;
+    }
+    lt_must_run(cu, &g);
+    if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
+}
+
+// dw (OC,C) += dout^T inp; dbias (OC) += column sums of dout when dbias.data
+static void matmul_dw(loom_backend *be, loom_tensor dw, loom_tensor dbias, loom_tensor dout,
+                      loom_tensor inp) {
+    loom_cuda *cu = cuda_of(be);
+    bool bf = cuda_act(be, inp);
+    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_cols(&dout);
     void *bgrad = NULL; // the BGRADB output (be->dtype), then added into dbias
     if (dbias.data) {
         LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == OC);
         bgrad = cuda_scratch(cu, (size_t)OC * loom_dtype_size(be->dtype));
     }
     lt_gemm g = {inp.data, dout.data, dw.data, C, OC, N, C, OC, C, false, true, 1.0f,
-                 bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT, bgrad};
+                 bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT, bgrad, NULL};
     if (bgrad && lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) {
         cuda_add_partials(cu, dbias.data, bf, bgrad, bf, 1, OC, OC); // dbias += bgrad
         return;
@@ -148,4 +222,31 @@ extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_te
     g.bias = NULL;
     lt_must_run(cu, &g);
     if (dbias.data) cuda_column_sums(cu, dbias.data, dout.data, N, OC, bf);
+}
+
+static void check_backward(loom_backend *be, loom_tensor dw, loom_tensor dout, loom_tensor inp,
+                           loom_tensor w) {
+    bool bf = cuda_act(be, inp);
+    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
+    LOOM_CHECK(N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && cuda_act(be, dout) == bf &&
+               cuda_act(be, dw) == bf);
+    LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC &&
+               loom_rows(&dw) == OC && loom_cols(&dw) == C);
+}
+
+extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
+                                     loom_tensor dbias, loom_tensor dout, loom_tensor inp,
+                                     loom_tensor w) {
+    check_backward(be, dw, dout, inp, w);
+    if (dinp.data) matmul_dinp(be, dinp, dout, w, loom_tensor{});
+    matmul_dw(be, dw, dbias, dout, inp);
+}
+
+extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
+                                          loom_tensor dbias, loom_tensor dout, loom_tensor inp,
+                                          loom_tensor w, loom_tensor pre) {
+    check_backward(be, dw, dout, inp, w);
+    LOOM_CHECK(cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
+    matmul_dinp(be, dinp, dout, w, pre);
+    matmul_dw(be, dw, dbias, dout, inp);
 }

@@ -3,12 +3,15 @@
 // No atomics anywhere: every partial sum covers a fixed range and partials are combined in a
 // fixed order, so results depend only on the shapes (not on timing or the GPU's SM count).
 //   column sums: per (column, row chunk) one thread sums the chunk's rows in order into
-//                partials (nchunks, n) fp32; cuda_add_partials adds the chunks in order.
+//                partials (nchunks, n) fp32; cuda_add_partials adds the chunks in a fixed
+//                order (AP_GROUPS interleaved groups, each in order, then the groups in order).
 //   sumsq:       per chunk of SUMSQ_CHUNK elements one block, fp64 per thread then a fixed
 //                tree; one block then adds the chunk sums (same pattern); one fp64 comes back.
 #include "backend/cuda/cuda_ops.h"
 
 #define COL_THREADS 256
+#define AP_COLS 32  // columns per add_partials block
+#define AP_GROUPS 8 // groups of partials per column, summed in parallel then in order
 #define SUMSQ_CHUNK (1 << 16) // elements per block of the first sumsq pass
 #define SUMSQ_THREADS 256
 
@@ -18,19 +21,28 @@ int64_t cuda_row_chunk(int64_t N) {
     return chunk < 32 ? 32 : chunk;
 }
 
+// A block adds AP_COLS columns: thread (column x, group g) sums partials g, g + AP_GROUPS, ...
+// in order, then the groups' sums are added in group order. Fixed for given nparts.
 __global__ void add_partials_kernel(void *dst, bool bf, const void *partials, bool part_bf,
                                     int64_t nparts, int64_t stride, int64_t n) {
-    GRID_STRIDE(i, n) {
-        float s = 0.0f;
-        for (int64_t p = 0; p < nparts; p++) s += ldx(partials, p * stride + i, part_bf);
-        stx(dst, i, ldx(dst, i, bf) + s, bf);
-    }
+    __shared__ float sh[AP_GROUPS][AP_COLS];
+    int x = threadIdx.x % AP_COLS, g = threadIdx.x / AP_COLS;
+    int64_t i = (int64_t)blockIdx.x * AP_COLS + x;
+    float s = 0.0f;
+    if (i < n)
+        for (int64_t p = g; p < nparts; p += AP_GROUPS) s += ldx(partials, p * stride + i, part_bf);
+    sh[g][x] = s;
+    __syncthreads();
+    if (g > 0 || i >= n) return;
+    float total = 0.0f;
+    for (int k = 0; k < AP_GROUPS; k++) total += sh[k][x];
+    stx(dst, i, ldx(dst, i, bf) + total, bf);
 }
 
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n) {
     if (!n) return;
-    add_partials_kernel<<<cuda_blocks(n, COL_THREADS), COL_THREADS, 0, cu->stream>>>(
+    add_partials_kernel<<<(unsigned)((n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0, cu->stream>>>(
         dst, dst_bf, partials, part_bf, nparts, stride, n);
     CUDA_LAUNCH_CHECK();
 }

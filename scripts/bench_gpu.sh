@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On a GPU machine, after a build into build-gpu (scripts/device_gpu.sh): loom and the PyTorch
+# peer (bench/peer/gpt2_torch.py: BF16 autocast, SDPA, fused AdamW, torch.compile) train the same
+# GPT-2 configs on the same GPU, one after the other, T=1024: gpt2 and gpt2-medium at B=16,
+# gpt2-xl at B=8. Prints tokens/s, MFU (6N + 6LTC FLOPs per token against 989 TFLOP/s), peak
+# memory and the loom/PyTorch ratio as a table; the raw outputs go to $OUT (or /tmp).
+#   bash scripts/bench_gpu.sh [MODEL:BATCH ...]
+set -u
+cd "$(dirname "$0")/.."
+OUTDIR=${OUT:-/tmp}
+CONFIGS=("$@")
+[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(gpt2:16 gpt2-medium:16 gpt2-xl:8)
+failed=0
+for c in "${CONFIGS[@]}"; do
+    m=${c%:*} b=${c#*:}
+    build-gpu/loom bench --model "$m" --batch "$b" --seq 1024 --steps 10 --warmup 3 --device cuda \
+        > "$OUTDIR/bench_loom_$m.txt" || failed=1
+    PYTHONUNBUFFERED=1 python3 bench/peer/gpt2_torch.py --model "$m" --batch "$b" --seq 1024 --steps 10 \
+        > "$OUTDIR/bench_torch_$m.json" 2> "$OUTDIR/bench_torch_$m.err" || failed=1
+done
+python3 - "$OUTDIR" "${CONFIGS[@]}" <<'PY'
+import json, sys
+out, configs = sys.argv[1], sys.argv[2:]
+print("| model | B | loom tokens/s | loom MFU | loom peak GiB | PyTorch tokens/s | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
+print("|---|---|---|---|---|---|---|---|---|")
+for c in configs:
+    m, b = c.split(":")
+    try:
+        row = [l for l in open(f"{out}/bench_loom_{m}.txt") if l.startswith("|") and "step ms" not in l][-1]
+        f = [x.strip() for x in row.strip().strip("|").split("|")]
+        ltok, lmfu, lpeak = float(f[4]), f[8], f[9].replace(" GiB", "")
+    except (OSError, IndexError, ValueError):
+        ltok, lmfu, lpeak = float("nan"), "-", "-"
+    try:
+        t = json.loads(open(f"{out}/bench_torch_{m}.json").read().strip().splitlines()[-1])
+        ttok, tmfu, tpeak = t["tokens_per_s"], f"{100 * t['mfu']:.1f}%", f"{t['peak_mem_gib']:.2f}"
+    except (OSError, IndexError, ValueError, KeyError):
+        ttok, tmfu, tpeak = float("nan"), "-", "-"
+    print(f"| {m} | {b} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
+PY
+exit $failed
