@@ -65,13 +65,20 @@ static inline void t_fill_normal(float *x, size_t n, float scale) {
 }
 
 // ---- closeness ----
+// max |b|, at least a tiny positive number
+static inline double t_max_abs(const float *b, size_t n) {
+    double mb = 1e-30;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+    return mb;
+}
+
 // max |a-b| / max(max |b|, tiny): a norm-relative error that is stable for small elements
 static inline double t_max_rel_err(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 1e-30;
+    double md = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
         if (d > md || d != d) md = (d != d) ? INFINITY : d;
-        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
     }
-    return md / mb;
+    return md / t_max_abs(b, n);
 }

@@ -35,8 +35,8 @@ static inline bool attn_use_tc(const loom_backend *be, attn_dims d) {
     return be->dtype == LOOM_BF16 && (d.hs == 64 || d.hs == 128);
 }
 
-// Where a thread of the attention kernels works. Tiled kernels: grid ntiles * B*NH blocks, the
-// last tiles (the most work under the causal mask) first. Row kernels: grid (rows / warps, B*NH),
+// Where a thread of the attention kernels works. Tiled kernels: grid ntiles * B*NH blocks
+// (att_tile_place). Row kernels: grid (rows / warps, B*NH),
 // one row per warp. qkv and o are the offsets of head (b, h), row 0, in qkv (B,T,3C) and in
 // out/dout (B,T,C).
 typedef struct {
@@ -54,9 +54,15 @@ __device__ __forceinline__ att_place att_place_of(int bh, int tile, int T, int N
     p.o = (int64_t)b * T * NH * hs + h * hs;
     return p;
 }
-__device__ __forceinline__ att_place att_tile_place(int T, int NH, int hs, int BNH) {
-    int ntiles = gridDim.x / BNH;
-    return att_place_of(blockIdx.x % BNH, ntiles - 1 - (int)(blockIdx.x / BNH), T, NH, hs);
+// Block order: heads in groups of G (about ATT_GROUP blocks: a few waves, so that the K/V or
+// Q/dO rows they all stream stay in L2), within a group the tiles with the most work first:
+// last_first for query tiles, plain order for key tiles (the backward's dK, dV).
+#define ATT_GROUP 256
+__device__ __forceinline__ att_place att_tile_place(int T, int NH, int hs, int BNH, bool last_first) {
+    int ntiles = gridDim.x / BNH, G = max(1, min(BNH, ATT_GROUP / ntiles));
+    int g0 = (int)blockIdx.x / (G * ntiles) * G, i = (int)blockIdx.x % (G * ntiles), n = min(G, BNH - g0);
+    int tile = i / n;
+    return att_place_of(g0 + i % n, last_first ? ntiles - 1 - tile : tile, T, NH, hs);
 }
 __device__ __forceinline__ att_place att_row_place(int T, int NH, int hs, int warps) {
     return att_place_of(blockIdx.y, blockIdx.x * warps + threadIdx.x / 32, T, NH, hs);
@@ -65,20 +71,22 @@ __device__ __forceinline__ att_place att_row_place(int T, int NH, int hs, int wa
 // attention_forward_tc.cu / attention_backward_tc.cu (bf16, hs 64 or 128)
 void attention_forward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *out, float *lse,
                           const __nv_bfloat16 *qkv);
-// D (B,NH,T) = rowsum(dout * out) per head, computed by the caller (attention_backward.cu)
+// D (B,NH,T): scratch for rowsum(dout * out) per head, which the dq kernel computes and writes
 void attention_backward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *dqkv,
-                           const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv, const float *lse,
-                           const float *D);
+                           const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
+                           const __nv_bfloat16 *out, const float *lse, float *D);
 
-// ---- mma.sync building blocks (PTX ISA, "Matrix fragments for mma.m16n8k16" with .bf16) ----
+// ---- tensor-core building blocks (PTX ISA: mma.m16n8k16 .bf16 fragments, ldmatrix, cp.async) ----
 // Lane = 4 * g + t (g = groupID 0..7, t = thread in group 0..3). A (16x16, row-major) is 4
 // registers of 2 bf16: (row g, cols 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..). B
 // (16x8, "col") is 2 registers: (k 2t..2t+1, n g), (k 2t+8.., n g). C/D (16x8 fp32) is 4
 // floats: (row g, cols 2t, 2t+1), (row g+8, cols 2t, 2t+1). A C fragment of two adjacent
 // n-tiles, rounded to bf16, is exactly the A fragment of the next product (FlashAttention-2's
-// P V without a trip through shared memory).
+// P V without a trip through shared memory). All fragments come from shared memory through
+// ldmatrix.x4 (four 8x8 matrices, lanes 8i..8i+7 address the rows of matrix i).
 #define ATT_PAD 8 // bf16 of padding per shared-memory row: rows stay 16-byte aligned, and the
-                  // 8 rows x 4 words of a fragment load fall in 32 different banks
+                  // 8 rows x 16 bytes of an ldmatrix matrix fall in 32 different banks
+typedef __nv_bfloat16 bf16;
 
 // d += a b (16x8x16, bf16 in, fp32 accumulate)
 __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -93,34 +101,40 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-// two bf16 at s[i], s[i+1] (i even) as one register
-__device__ __forceinline__ uint32_t lds_pair(const __nv_bfloat16 *s, int i) {
-    return *reinterpret_cast<const uint32_t *>(s + i);
+__device__ __forceinline__ float att_exp2(float x) { // MUFU.EX2; 2^-inf = 0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
-// A fragment of the 16x16 block at rows r0.., cols c0.. of a row-major smem array (row stride
-// ld); also the two B registers of a "rows are n" operand (K for Q K^T) via lds_pair directly
-__device__ __forceinline__ void lds_frag_a(uint32_t a[4], const __nv_bfloat16 *s, int ld, int r0,
-                                           int c0, int g, int t) {
-    a[0] = lds_pair(s, (r0 + g) * ld + c0 + 2 * t);
-    a[1] = lds_pair(s, (r0 + g + 8) * ld + c0 + 2 * t);
-    a[2] = lds_pair(s, (r0 + g) * ld + c0 + 2 * t + 8);
-    a[3] = lds_pair(s, (r0 + g + 8) * ld + c0 + 2 * t + 8);
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-
-// B fragments of two n-tiles (cols c0..c0+15) for the k rows r0..r0+15 of a row-major smem
-// array whose rows are k (V for P V): ldmatrix.x4.trans; b[0..1] for cols c0.., b[2..3] for
-// cols c0+8... Lanes 8i..8i+7 address the rows of 8x8 matrix i.
-__device__ __forceinline__ void lds_frag_b_trans(uint32_t b[4], const __nv_bfloat16 *s, int ld,
-                                                 int r0, int c0, int lane) {
-    const __nv_bfloat16 *p = s + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + c0 + (lane >> 4) * 8;
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const bf16 *p) {
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                 : "r"(addr));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// A fragment k-step kk (keys 16kk..16kk+15) from the C fragments s of n-tiles 2kk and 2kk+1
+// Fragments from a row-major smem array s (row stride ld), 16x16 block at rows r0.., cols c0..:
+// the A fragment (rows are m, cols k: Q for Q K^T)
+__device__ __forceinline__ void ldsm_a(uint32_t a[4], const bf16 *s, int ld, int r0, int c0, int lane) {
+    ldsm_x4(a, s + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8);
+}
+// B fragments of two n-tiles when rows are n and cols k (K for Q K^T): b[0..1] for n r0..r0+7,
+// b[2..3] for n r0+8..r0+15
+__device__ __forceinline__ void ldsm_b(uint32_t b[4], const bf16 *s, int ld, int r0, int c0, int lane) {
+    ldsm_x4(b, s + (r0 + (lane & 7) + (lane >> 4) * 8) * ld + c0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments of two n-tiles when rows are k and cols n (V for P V): b[0..1] for n c0..c0+7,
+// b[2..3] for n c0+8..c0+15
+__device__ __forceinline__ void ldsm_bt(uint32_t b[4], const bf16 *s, int ld, int r0, int c0, int lane) {
+    ldsm_x4_trans(b, s + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + c0 + (lane >> 4) * 8);
+}
+
+// A fragment k-step kk (k = 16kk..16kk+15) from the C fragments of n-tiles 2kk and 2kk+1
 __device__ __forceinline__ void frag_c_to_a(uint32_t a[4], const float s0[4], const float s1[4]) {
     a[0] = pack_bf16(s0[0], s0[1]);
     a[1] = pack_bf16(s0[2], s0[3]);
@@ -128,69 +142,77 @@ __device__ __forceinline__ void frag_c_to_a(uint32_t a[4], const float s0[4], co
     a[3] = pack_bf16(s1[2], s1[3]);
 }
 
-// acc (16 x 8NT) += A B^T: A = rows r0..r0+15 of the row-major smem array As (16 x 16KS), B =
-// rows 0..8NT-1 of the row-major smem array Bs (8NT x 16KS). The shape of S = Q K^T.
-template <int NT, int KS>
-__device__ __forceinline__ void mma_rows_by_rows(float acc[NT][4], const __nv_bfloat16 *As, int r0,
-                                                 const __nv_bfloat16 *Bs, int ld, int g, int t) {
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-        uint32_t a[4];
-        lds_frag_a(a, As, ld, r0, 16 * ks, g, t);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            int off = (8 * nt + g) * ld + 16 * ks + 2 * t;
-            mma_bf16(acc[nt], a, lds_pair(Bs, off), lds_pair(Bs, off + 8));
-        }
-    }
-}
-
-// acc (16 x 8NT) += P B: P (16 x 16KT) given as the fp32 C fragments p of 2KT n-tiles (rounded
-// to bf16 here), B = rows 0..16KT-1 of the row-major smem array Bs (16KT x 8NT). The shape of
-// O = P V.
-template <int NT, int KT>
-__device__ __forceinline__ void mma_frags_by_rows(float acc[NT][4], const float p[2 * KT][4],
-                                                  const __nv_bfloat16 *Bs, int ld, int lane) {
+// acc[i] (16 x 8NT) += A_i B for the MW m-tiles of a warp: A_i given as fp32 C fragments p[i]
+// of 2KT n-tiles (16 x 16KT, rounded to bf16 here), B = rows 0..16KT-1, cols 0..8NT-1 of the
+// row-major smem array Bs (rows are k: V for O += P V, dO for dV += P^T dO, ...)
+template <int MW, int NT, int KT>
+__device__ __forceinline__ void mma_frags_by_rows(float (*acc)[NT][4], const float (*p)[2 * KT][4],
+                                                  const bf16 *Bs, int ld, int lane) {
 #pragma unroll
     for (int kk = 0; kk < KT; kk++) {
-        uint32_t a[4];
-        frag_c_to_a(a, p[2 * kk], p[2 * kk + 1]);
+        uint32_t a[MW][4];
+#pragma unroll
+        for (int i = 0; i < MW; i++) frag_c_to_a(a[i], p[i][2 * kk], p[i][2 * kk + 1]);
 #pragma unroll
         for (int n2 = 0; n2 < NT / 2; n2++) {
             uint32_t b[4];
-            lds_frag_b_trans(b, Bs, ld, 16 * kk, 16 * n2, lane);
-            mma_bf16(acc[2 * n2], a, b[0], b[1]);
-            mma_bf16(acc[2 * n2 + 1], a, b[2], b[3]);
+            ldsm_bt(b, Bs, ld, 16 * kk, 16 * n2, lane);
+#pragma unroll
+            for (int i = 0; i < MW; i++) {
+                mma_bf16(acc[i][2 * n2], a[i], b[0], b[1]);
+                mma_bf16(acc[i][2 * n2 + 1], a[i], b[2], b[3]);
+            }
         }
     }
 }
 
-// Copies rows [r0, r0 + rows) of one head's (T, HS) slice (row stride ld elements in global
-// memory) into smem (row stride HS + ATT_PAD), 16 bytes per thread per step; rows >= T are 0.
-__device__ __forceinline__ void att_stage(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int64_t ld,
-                                          int r0, int rows, int T, int HS) {
-    int per_row = HS / 8;
-    for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
-        int r = i / per_row, c = (i % per_row) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r0 + r < T) v = *reinterpret_cast<const uint4 *>(src + (int64_t)(r0 + r) * ld + c);
-        *reinterpret_cast<uint4 *>(dst + r * (HS + ATT_PAD) + c) = v;
+// ---- asynchronous staging (cp.async, 16 bytes a thread; rows past T are zero-filled) ----
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Issues the copy of rows [r0, r0 + ROWS) of one head's (T, HS) slice (row stride ld elements in
+// global memory) into smem (row stride HS + ATT_PAD); rows >= T become zero. All NTHREADS call.
+template <int HS, int ROWS, int NTHREADS>
+__device__ __forceinline__ void att_load(bf16 *dst, const bf16 *src, int64_t ld, int r0, int T) {
+    constexpr int PER_ROW = HS / 8, N = ROWS * PER_ROW;
+    static_assert(N % NTHREADS == 0, "whole steps");
+#pragma unroll
+    for (int it = 0; it < N / NTHREADS; it++) {
+        int i = it * NTHREADS + (int)threadIdx.x, r = i / PER_ROW, c = (i % PER_ROW) * 8;
+        bool ok = r0 + r < T;
+        cp_async16(dst + r * (HS + ATT_PAD) + c, src + (ok ? (int64_t)(r0 + r) * ld + c : 0), ok);
     }
 }
 
-// stores rows g and g+8 of a warp's 16-row fp32 accumulator (NT n-tiles) times `scale` as bf16
-// into dst rows r0 + g, r0 + g + 8 (row stride ld), skipping rows >= T
+// Stores rows g and g+8 of a warp's 16-row fp32 accumulator (NT n-tiles), row r scaled by sc[r],
+// as bf16 into dst rows r0.. (row stride ld), skipping rows >= T: through the warp's own 16 rows
+// of smem (sm, row stride 8NT + ATT_PAD), so that global stores are 16 bytes a lane.
 template <int NT>
-__device__ __forceinline__ void att_store_rows(__nv_bfloat16 *dst, int64_t ld, const float acc[NT][4],
-                                               float scale0, float scale1, int r0, int T, int g, int t) {
+__device__ __forceinline__ void att_store_rows(bf16 *dst, int64_t ld, const float acc[NT][4], float sc0,
+                                               float sc1, bf16 *sm, int r0, int T, int lane) {
+    constexpr int LD = 8 * NT + ATT_PAD;
+    int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int row = r0 + g + 8 * r;
-        if (row >= T) continue;
-        float sc = r ? scale1 : scale0;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-            *reinterpret_cast<uint32_t *>(dst + (int64_t)row * ld + nt * 8 + 2 * t) =
-                pack_bf16(acc[nt][2 * r] * sc, acc[nt][2 * r + 1] * sc);
+    for (int nt = 0; nt < NT; nt++) {
+        uint32_t *p = reinterpret_cast<uint32_t *>(sm + g * LD + 8 * nt + 2 * t);
+        p[0] = pack_bf16(acc[nt][0] * sc0, acc[nt][1] * sc0);
+        p[4 * LD] = pack_bf16(acc[nt][2] * sc1, acc[nt][3] * sc1); // row g + 8
     }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < NT / 2; it++) { // 16 rows x NT chunks of 16 bytes
+        int i = it * 32 + lane, r = i / NT, c = (i % NT) * 8;
+        if (r0 + r < T)
+            *reinterpret_cast<uint4 *>(dst + (int64_t)(r0 + r) * ld + c) =
+                *reinterpret_cast<const uint4 *>(sm + r * LD + c);
+    }
+    __syncwarp();
 }

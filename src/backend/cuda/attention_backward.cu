@@ -2,11 +2,11 @@
 // qkv, out and lse, recomputing the probabilities instead of storing them (Dao 2023):
 //   D_i = dO_i . O_i;  P_ij = exp(s_ij - lse_i);  dS_ij = P_ij (dO_i . v_j - D_i)   (j <= i)
 //   dq_i = sum_j dS_ij k_j / sqrt(hs);  dk_j = sum_i dS_ij q_i / sqrt(hs);  dv_j = sum_i P_ij dO_i
-// D goes to scratch first (one warp per row). bf16 with hs 64 or 128 then runs on tensor cores
-// (attention_backward_tc.cu); everything else runs the two simple kernels here, one warp per
-// row, as the simple forward: dq walks keys [0, i] for its query row i, dkv walks queries
-// [j, T) for its key row j. Each output element is written by one warp (no atomics), so the
-// result is deterministic.
+// bf16 with hs 64 or 128 runs on tensor cores (attention_backward_tc.cu, whose dq kernel also
+// computes D). Everything else puts D in scratch first (one warp per row), then runs the two
+// simple kernels here, one warp per row, as the simple forward: dq walks keys [0, i] for its
+// query row i, dkv walks queries [j, T) for its key row j. Each output element is written by
+// one warp (no atomics), so the result is deterministic.
 #include "backend/cuda/attention.cuh"
 
 #include <math.h>
@@ -127,16 +127,16 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dqkv, loom
     LOOM_CHECK(loom_numel(&dqkv) == loom_numel(&qkv) && loom_numel(&dout) == loom_numel(&out));
     int64_t rows = (int64_t)d.B * d.NH * d.T;
     float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));
+    const float *l = (const float *)lse.data;
+    if (attn_use_tc(be, d) && attn_aligned16(qkv.data) && attn_aligned16(dqkv.data) &&
+        attn_aligned16(dout.data) && attn_aligned16(out.data)) { // computes D itself
+        attention_backward_tc(cu, d, (__nv_bfloat16 *)dqkv.data, (const __nv_bfloat16 *)dout.data,
+                              (const __nv_bfloat16 *)qkv.data, (const __nv_bfloat16 *)out.data, l, D);
+        return;
+    }
     attention_backward_d_kernel<<<(unsigned)((rows + AB_WARPS - 1) / AB_WARPS), 32 * AB_WARPS, 0,
                                   cu->stream>>>(D, dout.data, out.data, d.T, d.NH, d.hs, rows, bf);
     CUDA_LAUNCH_CHECK();
-    const float *l = (const float *)lse.data;
-    if (attn_use_tc(be, d) && attn_aligned16(qkv.data) && attn_aligned16(dqkv.data) &&
-        attn_aligned16(dout.data)) {
-        attention_backward_tc(cu, d, (__nv_bfloat16 *)dqkv.data, (const __nv_bfloat16 *)dout.data,
-                              (const __nv_bfloat16 *)qkv.data, l, D);
-        return;
-    }
     LOOM_CHECK(d.hs <= AB_MAX_HS);
     dim3 grid((unsigned)((d.T + AB_WARPS - 1) / AB_WARPS), (unsigned)(d.B * d.NH));
     float scale = 1.0f / sqrtf((float)d.hs);

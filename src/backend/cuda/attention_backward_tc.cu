@@ -1,145 +1,260 @@
 // Causal attention backward on tensor cores for bf16, head size HS = 64 or 128, after
 // FlashAttention-2 (Dao 2023, Algorithm 2): P is recomputed tile by tile from Q, K and the
-// forward's lse, never stored. With D = rowsum(dO * O) (computed by the caller) and
-// scores S = Q K^T / sqrt(HS):
+// forward's lse, never stored. With D = rowsum(dO * O) and scores S = Q K^T / sqrt(HS):
 //   P = exp(S - lse);  dP = dO V^T;  dS = P * (dP - D)
 //   dV = P^T dO;  dK = dS^T Q / sqrt(HS);  dQ = dS K / sqrt(HS)
 // Instead of FA2's atomic adds into dQ, two kernels each own what they write, so there are no
-// atomics and the result is deterministic; each recomputes S and dP (about 1.4x the mma work):
-//   dkv: one block per (key tile of 64, b, h), warp w owns keys k0+16w..+15 and keeps their
-//        dK, dV in registers; it walks query tiles of 32 from k0 to T, computing S^T = K Q^T
-//        and dP^T = V dO^T so that P^T and dS^T come out as A fragments for dV and dK.
-//   dq:  one block per (query tile of 64, b, h), warp w owns queries q0+16w..+15 and keeps
-//        dQ in registers; it walks key tiles of 32 from 0 to the diagonal.
-// A block's own 64 rows of two tensors and the current 32 rows of two others sit in shared
-// memory (52 KB at HS = 128: dynamic, opted in). Rows past T are zero and masked.
+// atomics and the result is deterministic; each recomputes S and dP (7 tile products per pair
+// of tiles instead of 5). Both: blocks of NW = 4 warps own 64 rows, 16 per warp, whose fp32
+// accumulators stay in registers (3 blocks an SM at HS = 64, 2 at 128); the other operand
+// streams through a cp.async double buffer in shared memory (tile j+1 copies under the
+// arithmetic of tile j); fragments by ldmatrix.
+//   dq (runs first): block per (query tile, b, h); also writes D for its rows (from dO in
+//        shared memory and O), which dkv reads. Walks key tiles of 64 from 0 to the diagonal:
+//        S = Q K^T, dP = dO V^T (16 x 64 per warp), dQ += dS K.
+//   dkv: block per (key tile, b, h); walks query tiles of QSTEP from the key tile to T:
+//        S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T come out as A fragments for
+//        dV += P^T dO and dK += dS^T Q.
+// The causal mask is applied only on tiles crossing a warp's diagonal; tiles wholly masked for
+// a warp are skipped. At HS = 64 a warp keeps its own rows' A fragments (Q, dO or K, V) in
+// registers, at 128 it reads them from shared memory. Rows past T are zero, with lse = +inf
+// (P = 0), and are not stored.
 #include "backend/cuda/attention.cuh"
 
-#define FB_OWN 64    // rows a block owns, 16 per warp
-#define FB_STEP 32   // rows per streamed tile
-#define FB_THREADS 128
-
 struct fb_args {
-    __nv_bfloat16 *dqkv;
-    const __nv_bfloat16 *qkv, *dout;
-    const float *lse, *D;
+    bf16 *dqkv;
+    const bf16 *qkv, *dout, *out;
+    const float *lse;
+    float *D;
     int T, NH, BNH;
-    float scale_log2, scale;
+    float sl2, scale; // log2(e)/sqrt(HS), 1/sqrt(HS)
 };
 
-static size_t fb_smem_bytes(int hs) {
-    return (size_t)(2 * FB_OWN + 2 * FB_STEP) * (hs + ATT_PAD) * sizeof(__nv_bfloat16) +
-           2 * FB_STEP * sizeof(float);
-}
+template <int HS, int NW> struct fb_cfg { // NW warps a block, own 16 rows each
+    static constexpr int OWN = 16 * NW, NTH = 32 * NW;
+    static constexpr int LD = HS + ATT_PAD, KS = HS / 16, NT = HS / 8;
+    static constexpr int QSTEP = HS == 64 ? 64 : 32; // dkv: queries per streamed tile
+    static constexpr int KSTEP = 64;                 // dq: keys per streamed tile
+    static constexpr bool REG = HS == 64;            // own rows' A fragments in registers
+    static constexpr size_t dkv_smem = (size_t)(2 * OWN + 4 * QSTEP) * LD * 2 + 4 * QSTEP * 4;
+    static constexpr size_t dq_smem = (size_t)(2 * OWN + 4 * KSTEP) * LD * 2;
+};
 
-template <int HS>
-__global__ void __launch_bounds__(FB_THREADS) attention_backward_dkv_kernel(fb_args a) {
-    constexpr int LD = HS + ATT_PAD, NT = HS / 8;
-    extern __shared__ __align__(16) unsigned char fb_smem[];
-    __nv_bfloat16 *Ks = (__nv_bfloat16 *)fb_smem, *Vs = Ks + FB_OWN * LD;
-    __nv_bfloat16 *Qs = Vs + FB_OWN * LD, *dOs = Qs + FB_STEP * LD;
-    float *lse_s = (float *)(dOs + FB_STEP * LD), *D_s = lse_s + FB_STEP;
-    att_place w = att_tile_place(a.T, a.NH, HS, a.BNH);
-    int T = a.T, C = a.NH * HS, g = w.g, t = w.t;
-    int64_t ld = 3 * (int64_t)C;
-    const __nv_bfloat16 *q = a.qkv + w.qkv, *dout = a.dout + w.o;
-    int k0 = w.tile * FB_OWN, kr0 = k0 + 16 * w.warp; // block's and warp's first key
-    att_stage(Ks, q + C, ld, k0, FB_OWN, T, HS);
-    att_stage(Vs, q + 2 * C, ld, k0, FB_OWN, T, HS);
-    float dk[NT][4] = {}, dv[NT][4] = {};
-    for (int q0 = k0; q0 < T; q0 += FB_STEP) {
-        __syncthreads(); // the previous step's Qs/dOs are no longer read
-        att_stage(Qs, q, ld, q0, FB_STEP, T, HS);
-        att_stage(dOs, dout, C, q0, FB_STEP, T, HS);
-        for (int i = threadIdx.x; i < FB_STEP; i += FB_THREADS) {
-            bool in = q0 + i < T;
-            lse_s[i] = in ? a.lse[(int64_t)w.bh * T + q0 + i] * ATT_LOG2E : 0.0f;
-            D_s[i] = in ? a.D[(int64_t)w.bh * T + q0 + i] : 0.0f;
-        }
-        __syncthreads();
-        float st[FB_STEP / 8][4] = {}, dpt[FB_STEP / 8][4] = {}; // S^T, dP^T (16 keys x 32 queries)
-        mma_rows_by_rows<FB_STEP / 8, HS / 16>(st, Ks, 16 * w.warp, Qs, LD, g, t);
-        mma_rows_by_rows<FB_STEP / 8, HS / 16>(dpt, Vs, 16 * w.warp, dOs, LD, g, t);
+// the A fragment k-step ks of the warp's 16 rows: from registers r, or from smem s (rows wr..)
+template <bool REG, int KS>
+__device__ __forceinline__ void fb_frag_a(uint32_t a[4], const uint32_t (*r)[4], const bf16 *s, int ld,
+                                          int wr, int ks, int lane) {
+    if constexpr (REG) {
 #pragma unroll
-        for (int nt = 0; nt < FB_STEP / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int key = kr0 + g + 8 * (i >> 1), qi = 8 * nt + 2 * t + (i & 1), query = q0 + qi;
-                float p = query >= key && query < T ? exp2f(st[nt][i] * a.scale_log2 - lse_s[qi]) : 0.0f;
-                st[nt][i] = p;                           // P^T
-                dpt[nt][i] = p * (dpt[nt][i] - D_s[qi]); // dS^T
-            }
-        mma_frags_by_rows<NT, FB_STEP / 16>(dv, st, dOs, LD, w.lane); // dV += P^T dO
-        mma_frags_by_rows<NT, FB_STEP / 16>(dk, dpt, Qs, LD, w.lane); // dK += dS^T Q
+        for (int e = 0; e < 4; e++) a[e] = r[ks][e];
+    } else {
+        ldsm_a(a, s, ld, wr, 16 * ks, lane);
     }
-    att_store_rows<NT>(a.dqkv + w.qkv + C, ld, dk, a.scale, a.scale, kr0, T, g, t);
-    att_store_rows<NT>(a.dqkv + w.qkv + 2 * C, ld, dv, 1.0f, 1.0f, kr0, T, g, t);
 }
 
-template <int HS>
-__global__ void __launch_bounds__(FB_THREADS) attention_backward_dq_kernel(fb_args a) {
-    constexpr int LD = HS + ATT_PAD, NT = HS / 8;
+// x[0] (16 x 8SN) += A1 B1^T and y[0] += A2 B2^T: A from fb_frag_a, B = rows 0..8SN-1 of the
+// smem arrays B1, B2 (rows are n: K, V, Q or dO)
+template <bool REG, int KS, int SN>
+__device__ __forceinline__ void fb_two_products(float (*x)[SN][4], float (*y)[SN][4], const uint32_t (*r1)[4],
+                                                const uint32_t (*r2)[4], const bf16 *A1, const bf16 *A2,
+                                                const bf16 *B1, const bf16 *B2, int ld, int wr, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a1[4], a2[4], b[4];
+        fb_frag_a<REG, KS>(a1, r1, A1, ld, wr, ks, lane);
+        fb_frag_a<REG, KS>(a2, r2, A2, ld, wr, ks, lane);
+#pragma unroll
+        for (int n2 = 0; n2 < SN / 2; n2++) {
+            ldsm_b(b, B1, ld, 16 * n2, 16 * ks, lane);
+            mma_bf16(x[0][2 * n2], a1, b[0], b[1]);
+            mma_bf16(x[0][2 * n2 + 1], a1, b[2], b[3]);
+            ldsm_b(b, B2, ld, 16 * n2, 16 * ks, lane);
+            mma_bf16(y[0][2 * n2], a2, b[0], b[1]);
+            mma_bf16(y[0][2 * n2 + 1], a2, b[2], b[3]);
+        }
+    }
+}
+
+template <int HS, int NW, int MINB>
+__global__ void __launch_bounds__(32 * NW, MINB) attention_backward_dq_kernel(fb_args a) {
+    using c = fb_cfg<HS, NW>;
+    constexpr int OWN = c::OWN, NTH = c::NTH;
+    constexpr int LD = c::LD, KS = c::KS, NT = c::NT, ST = c::KSTEP, SN = ST / 8;
     extern __shared__ __align__(16) unsigned char fb_smem[];
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)fb_smem, *dOs = Qs + FB_OWN * LD;
-    __nv_bfloat16 *Ks = dOs + FB_OWN * LD, *Vs = Ks + FB_STEP * LD;
-    att_place w = att_tile_place(a.T, a.NH, HS, a.BNH);
-    int T = a.T, C = a.NH * HS, g = w.g, t = w.t;
+    bf16 *Qs = (bf16 *)fb_smem, *dOs = Qs + OWN * LD, *KV = dOs + OWN * LD; // KV: 2 stages of K, V
+    att_place w = att_tile_place(a.T, a.NH, HS, a.BNH, true);
+    int T = a.T, C = a.NH * HS, lane = w.lane, g = w.g, t = w.t, wr = 16 * w.warp;
     int64_t ld = 3 * (int64_t)C;
-    const __nv_bfloat16 *q = a.qkv + w.qkv, *dout = a.dout + w.o;
-    int q0 = w.tile * FB_OWN, qr0 = q0 + 16 * w.warp; // block's and warp's first query
-    att_stage(Qs, q, ld, q0, FB_OWN, T, HS);
-    att_stage(dOs, dout, C, q0, FB_OWN, T, HS);
-    float lse_r[2], D_r[2]; // rows qr0 + g and qr0 + g + 8
+    const bf16 *q = a.qkv + w.qkv, *k = q + C, *v = q + 2 * C;
+    int q0 = w.tile * OWN, qr = q0 + wr, nst = (min(q0 + OWN, T) + ST - 1) / ST;
+    att_load<HS, OWN, NTH>(Qs, q, ld, q0, T);
+    att_load<HS, OWN, NTH>(dOs, a.dout + w.o, C, q0, T);
+    att_load<HS, ST, NTH>(KV, k, ld, 0, T);
+    att_load<HS, ST, NTH>(KV + ST * LD, v, ld, 0, T);
+    cp_async_commit();
+    // while the copies fly: lane reads half a row of O (row qr + lane/2) and the lse of its rows
+    int drow = qr + lane / 2;
+    uint4 ov[HS / 16];
+    const uint4 *op = (const uint4 *)(a.out + w.o + (int64_t)drow * C + (lane & 1) * (HS / 2));
+#pragma unroll
+    for (int i = 0; i < HS / 16; i++) ov[i] = drow < T ? op[i] : make_uint4(0, 0, 0, 0);
+    float nl2[2]; // -lse log2(e) of rows qr + g, qr + g + 8; -inf past T (P = 0)
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int row = qr0 + g + 8 * r;
-        lse_r[r] = row < T ? a.lse[(int64_t)w.bh * T + row] * ATT_LOG2E : 0.0f;
-        D_r[r] = row < T ? a.D[(int64_t)w.bh * T + row] : 0.0f;
+        int row = qr + g + 8 * r;
+        nl2[r] = row < T ? -a.lse[(int64_t)w.bh * T + row] * ATT_LOG2E : -INFINITY;
     }
-    float dq[NT][4] = {};
-    int kend = min(q0 + FB_OWN, T);
-    for (int k0 = 0; k0 < kend; k0 += FB_STEP) {
-        __syncthreads(); // the previous step's Ks/Vs are no longer read
-        att_stage(Ks, q + C, ld, k0, FB_STEP, T, HS);
-        att_stage(Vs, q + 2 * C, ld, k0, FB_STEP, T, HS);
+    cp_async_wait_all();
+    __syncthreads();
+    const uint4 *dp = (const uint4 *)(dOs + (wr + lane / 2) * LD + (lane & 1) * (HS / 2));
+    float dsum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < HS / 16; i++) {
+        uint4 x = dp[i], y = ov[i];
+        const __nv_bfloat162 *xs = (const __nv_bfloat162 *)&x, *ys = (const __nv_bfloat162 *)&y;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float2 xf = __bfloat1622float2(xs[e]), yf = __bfloat1622float2(ys[e]);
+            dsum += xf.x * yf.x + xf.y * yf.y;
+        }
+    }
+    dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
+    if ((lane & 1) == 0 && drow < T) a.D[(int64_t)w.bh * T + drow] = dsum; // for dkv
+    float Dr[2] = {__shfl_sync(0xffffffffu, dsum, 2 * g), __shfl_sync(0xffffffffu, dsum, 2 * g + 16)};
+
+    uint32_t qf[c::REG ? KS : 1][4], df[c::REG ? KS : 1][4];
+    if constexpr (c::REG)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            ldsm_a(qf[ks], Qs, LD, wr, 16 * ks, lane);
+            ldsm_a(df[ks], dOs, LD, wr, 16 * ks, lane);
+        }
+    float dq[1][NT][4] = {};
+    for (int j = 0; j < nst; j++) {
+        const bf16 *Ks = KV + (j & 1) * 2 * ST * LD, *Vs = Ks + ST * LD;
+        if (j + 1 < nst) {
+            bf16 *Kn = KV + ((j + 1) & 1) * 2 * ST * LD;
+            att_load<HS, ST, NTH>(Kn, k, ld, (j + 1) * ST, T);
+            att_load<HS, ST, NTH>(Kn + ST * LD, v, ld, (j + 1) * ST, T);
+        }
+        cp_async_commit();
+        int kt = j * ST;
+        if (kt <= qr + 15) { // some key of the tile is visible to some row of the warp
+            float s[1][SN][4] = {}, dpm[1][SN][4] = {};
+            fb_two_products<c::REG, KS, SN>(s, dpm, qf, df, Qs, dOs, Ks, Vs, LD, wr, lane); // S, dP
+            bool diag = kt + ST - 1 > qr;
+#pragma unroll
+            for (int nt = 0; nt < SN; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = att_exp2(fmaf(s[0][nt][e], a.sl2, nl2[e >> 1]));
+                    if (diag && kt + 8 * nt + 2 * t + (e & 1) > qr + g + 8 * (e >> 1)) p = 0.0f;
+                    s[0][nt][e] = p * (dpm[0][nt][e] - Dr[e >> 1]); // dS
+                }
+            mma_frags_by_rows<1, NT, ST / 16>(dq, s, Ks, LD, lane); // dQ += dS K
+        }
+        cp_async_wait_all();
         __syncthreads();
-        float s[FB_STEP / 8][4] = {}, dp[FB_STEP / 8][4] = {}; // S, dP (16 queries x 32 keys)
-        mma_rows_by_rows<FB_STEP / 8, HS / 16>(s, Qs, 16 * w.warp, Ks, LD, g, t);
-        mma_rows_by_rows<FB_STEP / 8, HS / 16>(dp, dOs, 16 * w.warp, Vs, LD, g, t);
-#pragma unroll
-        for (int nt = 0; nt < FB_STEP / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int row = qr0 + g + 8 * (i >> 1), key = k0 + 8 * nt + 2 * t + (i & 1);
-                float p = key <= row && row < T ? exp2f(s[nt][i] * a.scale_log2 - lse_r[i >> 1]) : 0.0f;
-                s[nt][i] = p * (dp[nt][i] - D_r[i >> 1]); // dS
-            }
-        mma_frags_by_rows<NT, FB_STEP / 16>(dq, s, Ks, LD, w.lane); // dQ += dS K
     }
-    att_store_rows<NT>(a.dqkv + w.qkv, ld, dq, a.scale, a.scale, qr0, T, g, t);
+    att_store_rows<NT>(a.dqkv + w.qkv, ld, dq[0], a.scale, a.scale, Qs + wr * LD, qr, T, lane);
 }
 
-template <int HS>
-static void launch_backward_tc(loom_cuda *cu, const fb_args *a, unsigned grid) {
-    int smem = (int)fb_smem_bytes(HS);
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_kernel<HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_kernel<HS>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    attention_backward_dkv_kernel<HS><<<grid, FB_THREADS, smem, cu->stream>>>(*a);
+// Issues the copies of query tile [qn, qn + ST) for dkv: Q, dO rows into Qn (dO after Q), lse
+// and D into Ln (D after lse); past T, lse = +inf (P = 0) and D = 0
+template <int HS, int ST, int NTH>
+__device__ __forceinline__ void fb_stage_queries(bf16 *Qn, float *Ln, const bf16 *q, int64_t ld, const bf16 *dout,
+                                                 int C, const float *lse, const float *D, int qn, int T) {
+    att_load<HS, ST, NTH>(Qn, q, ld, qn, T);
+    att_load<HS, ST, NTH>(Qn + ST * (HS + ATT_PAD), dout, C, qn, T);
+    int i = (int)threadIdx.x % ST, which = (int)threadIdx.x / ST; // lse (0) or D (1)
+    if (which == 0 && qn + i < T) cp_async4(Ln + i, lse + qn + i);
+    if (which == 1 && qn + i < T) cp_async4(Ln + ST + i, D + qn + i);
+    if (which < 2 && qn + i >= T) Ln[which * ST + i] = which ? 0.0f : INFINITY;
+}
+
+template <int HS, int NW, int MINB>
+__global__ void __launch_bounds__(32 * NW, MINB) attention_backward_dkv_kernel(fb_args a) {
+    using c = fb_cfg<HS, NW>;
+    constexpr int OWN = c::OWN, NTH = c::NTH;
+    constexpr int LD = c::LD, KS = c::KS, NT = c::NT, ST = c::QSTEP, SN = ST / 8;
+    extern __shared__ __align__(16) unsigned char fb_smem[];
+    bf16 *Ks = (bf16 *)fb_smem, *Vs = Ks + OWN * LD, *QD = Vs + OWN * LD; // QD: 2 stages of Q, dO
+    float *LDs = (float *)(QD + 4 * ST * LD);                                      // 2 stages of lse, D
+    att_place w = att_tile_place(a.T, a.NH, HS, a.BNH, false);
+    int T = a.T, C = a.NH * HS, lane = w.lane, g = w.g, t = w.t, wr = 16 * w.warp;
+    int64_t ld = 3 * (int64_t)C;
+    const bf16 *q = a.qkv + w.qkv, *dout = a.dout + w.o;
+    const float *lse = a.lse + (int64_t)w.bh * T, *D = a.D + (int64_t)w.bh * T;
+    int k0 = w.tile * OWN, kw = k0 + wr, nst = (T - k0 + ST - 1) / ST; // query tiles from k0
+    att_load<HS, OWN, NTH>(Ks, q + C, ld, k0, T);
+    att_load<HS, OWN, NTH>(Vs, q + 2 * C, ld, k0, T);
+    fb_stage_queries<HS, ST, NTH>(QD, LDs, q, ld, dout, C, lse, D, k0, T);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t kf[c::REG ? KS : 1][4], vf[c::REG ? KS : 1][4];
+    if constexpr (c::REG)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            ldsm_a(kf[ks], Ks, LD, wr, 16 * ks, lane);
+            ldsm_a(vf[ks], Vs, LD, wr, 16 * ks, lane);
+        }
+    float dk[1][NT][4] = {}, dv[1][NT][4] = {};
+    for (int j = 0; j < nst; j++) {
+        const bf16 *Qs = QD + (j & 1) * 2 * ST * LD, *dOs = Qs + ST * LD;
+        const float *Ls = LDs + (j & 1) * 2 * ST, *Ds = Ls + ST;
+        if (j + 1 < nst)
+            fb_stage_queries<HS, ST, NTH>(QD + ((j + 1) & 1) * 2 * ST * LD, LDs + ((j + 1) & 1) * 2 * ST,
+                                                 q, ld, dout, C, lse, D, k0 + (j + 1) * ST, T);
+        cp_async_commit();
+        int qt = k0 + j * ST;
+        if (qt + ST - 1 >= kw) { // some query of the tile sees some key of the warp
+            float st[1][SN][4] = {}, dpt[1][SN][4] = {};
+            fb_two_products<c::REG, KS, SN>(st, dpt, kf, vf, Ks, Vs, Qs, dOs, LD, wr, lane); // S^T, dP^T
+            bool diag = qt < kw + 15;
+#pragma unroll
+            for (int nt = 0; nt < SN; nt++) {
+                float2 L = *(const float2 *)(Ls + 8 * nt + 2 * t), Dd = *(const float2 *)(Ds + 8 * nt + 2 * t);
+                float nl[2] = {-L.x * ATT_LOG2E, -L.y * ATT_LOG2E}, dd[2] = {Dd.x, Dd.y};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float p = att_exp2(fmaf(st[0][nt][e], a.sl2, nl[e & 1]));
+                    if (diag && qt + 8 * nt + 2 * t + (e & 1) < kw + g + 8 * (e >> 1)) p = 0.0f;
+                    st[0][nt][e] = p;                                // P^T
+                    dpt[0][nt][e] = p * (dpt[0][nt][e] - dd[e & 1]); // dS^T
+                }
+            }
+            mma_frags_by_rows<1, NT, ST / 16>(dv, st, dOs, LD, lane); // dV += P^T dO
+            mma_frags_by_rows<1, NT, ST / 16>(dk, dpt, Qs, LD, lane); // dK += dS^T Q
+        }
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    att_store_rows<NT>(a.dqkv + w.qkv + C, ld, dk[0], a.scale, a.scale, Ks + wr * LD, kw, T, lane);
+    att_store_rows<NT>(a.dqkv + w.qkv + 2 * C, ld, dv[0], 1.0f, 1.0f, Vs + wr * LD, kw, T, lane);
+}
+
+template <int HS, int NW, int MINB>
+static void launch_backward_tc(loom_cuda *cu, const fb_args *a, int T) {
+    using c = fb_cfg<HS, NW>;
+    unsigned grid = (unsigned)((T + c::OWN - 1) / c::OWN * a->BNH);
+    cudaFuncAttribute smem = cudaFuncAttributeMaxDynamicSharedMemorySize; // over 48 KB: opt in
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_kernel<HS, NW, MINB>, smem, (int)c::dq_smem));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_kernel<HS, NW, MINB>, smem, (int)c::dkv_smem));
+    attention_backward_dq_kernel<HS, NW, MINB><<<grid, c::NTH, c::dq_smem, cu->stream>>>(*a); // writes D
     CUDA_LAUNCH_CHECK();
-    attention_backward_dq_kernel<HS><<<grid, FB_THREADS, smem, cu->stream>>>(*a);
+    attention_backward_dkv_kernel<HS, NW, MINB><<<grid, c::NTH, c::dkv_smem, cu->stream>>>(*a);
     CUDA_LAUNCH_CHECK();
 }
 
-void attention_backward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *dqkv,
-                           const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv, const float *lse,
-                           const float *D) {
-    int BNH = d.B * d.NH, ntiles = (d.T + FB_OWN - 1) / FB_OWN;
+void attention_backward_tc(loom_cuda *cu, attn_dims d, bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
+                           const bf16 *out, const float *lse, float *D) {
     float scale = 1.0f / sqrtf((float)d.hs);
-    fb_args a = {dqkv, qkv, dout, lse, D, d.T, d.NH, BNH, scale * ATT_LOG2E, scale};
+    fb_args a = {dqkv, qkv, dout, out, lse, D, d.T, d.NH, d.B * d.NH, scale * ATT_LOG2E, scale};
+    // 4 warps (64 rows) a block; hs 64 fits 3 blocks an SM in 168 registers (measured on an H100:
+    // 8 warps a block, or 2 blocks of 4, were up to 8% slower at T = 1K and equal at 16K)
     if (d.hs == 64)
-        launch_backward_tc<64>(cu, &a, (unsigned)(ntiles * BNH));
+        launch_backward_tc<64, 4, 3>(cu, &a, d.T);
     else
-        launch_backward_tc<128>(cu, &a, (unsigned)(ntiles * BNH));
+        launch_backward_tc<128, 4, 2>(cu, &a, d.T);
 }
