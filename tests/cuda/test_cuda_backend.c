@@ -359,8 +359,9 @@ static void test_crossentropy(shape s, float scale) {
     free(tgt), free(z0), free(loss64), gpu->free(gpu, dtgt), b_free(&z), b_free(&loss);
 }
 
-static void test_adamw(shape s, bool with_master) {
-    size_t n = 10007 + (size_t)s.T * s.C; // ragged
+// n ragged (one element a thread) or a multiple of 8 (16-byte vectors; every C here is)
+static void test_adamw(shape s, bool with_master, bool ragged) {
+    size_t n = (ragged ? 10007 : 10008) + (size_t)s.T * s.C;
     loom_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                          .weight_decay = 0.1f, .grad_scale = 0.7f, .t = 3};
     buf master = b_randn(n, 1, F32), grad = b_randn(n, 1, dt), m = b_randn(n, 0.1f, F32);
@@ -386,8 +387,7 @@ static void test_adamw(shape s, bool with_master) {
 // the master values stay, and each parameter must be one of its two bf16 neighbours, rounded up
 // about as often as the fractions of the gaps say (within 6 standard deviations), the same for
 // the same seed and different for another.
-static void test_adamw_stochastic(void) {
-    size_t n = 200003;
+static void test_adamw_stochastic(size_t n) {
     loom_adamw_args a = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .t = 1,
                          .stochastic_rounding = true, .sr_seed = 77, .index0 = 12345};
     float *vh = loom_xcalloc(n, 4); // second moments >= 0 (zero: the update is m / eps, times lr 0)
@@ -438,7 +438,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     dt = mode;
     tol = mode == LOOM_BF16 ? 1e-2 : 1e-5;
     test_memory();
-    if (mode == LOOM_BF16) test_adamw_stochastic();
+    if (mode == LOOM_BF16) test_adamw_stochastic(200003), test_adamw_stochastic(200000); // ragged, vectors
     for (int i = 0; i < (quick ? NQUICK : NSHAPES); i++) {
         shape s = SHAPES[i];
         printf("%s B=%d T=%d C=%d NH=%d (hs %d)\n", loom_dtype_name(mode), s.B, s.T, s.C, s.NH, s.C / s.NH);
@@ -452,8 +452,10 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_fused(s);
         test_crossentropy(s, 2.0f);
         test_crossentropy(s, 40.0f);
-        test_adamw(s, false);
-        if (mode == LOOM_BF16) test_adamw(s, true);
+        for (int ragged = 0; ragged < 2; ragged++) {
+            test_adamw(s, false, ragged);
+            if (mode == LOOM_BF16) test_adamw(s, true, ragged);
+        }
         test_sumsq(s);
     }
     loom_backend_destroy(gpu);

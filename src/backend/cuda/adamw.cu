@@ -7,7 +7,7 @@
 // update runs on param itself. Bias corrections are computed once on the host in fp64. With
 // args.stochastic_rounding (bf16 with master weights) param is the master value rounded
 // stochastically with hashed random bits (sr_bits) instead of to nearest.
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/vec.cuh"
 
 #include <math.h>
 
@@ -31,21 +31,35 @@ __device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t bits)
     return __ushort_as_bfloat16((unsigned short)(u >> 16));
 }
 
-__global__ void adamw_kernel(void *param, float *master, const void *grad, float *m, float *v,
-                             int64_t n, loom_adamw_args a, float bc1, float bc2, bool bf) {
-    GRID_STRIDE(i, n) {
-        float g = ldx(grad, i, bf) * a.grad_scale;
-        float mi = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-        float vi = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = master ? master[i] : ldx(param, i, bf);
-        p -= a.lr * ((mi / bc1) / (sqrtf(vi / bc2) + a.eps) + a.weight_decay * p);
-        if (master) master[i] = p;
-        if (master && bf && a.stochastic_rounding)
-            ((__nv_bfloat16 *)param)[i] = bf16_stochastic(p, sr_bits(a.sr_seed, a.t, a.index0 + i));
-        else
-            stx(param, i, p, bf);
+// nv vectors of W elements (vec.cuh: W = 8 bf16 or 4 fp32 parameters a step, the fp32 moments
+// and master weights in as many 16-byte loads; W = 1 where an address or n does not allow it)
+template <typename T, int W>
+__global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, float *v, int64_t nv,
+                             loom_adamw_args a, float bc1, float bc2) {
+    GRID_STRIDE(iv, nv) {
+        int64_t i = iv * W;
+        float g[W], mi[W], vi[W], p[W];
+        vload<T, W>(g, grad + i);
+        vload<float, W>(mi, m + i);
+        vload<float, W>(vi, v + i);
+        if (master) vload<float, W>(p, master + i);
+        else vload<T, W>(p, param + i);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float gk = g[k] * a.grad_scale;
+            mi[k] = a.beta1 * mi[k] + (1.0f - a.beta1) * gk;
+            vi[k] = a.beta2 * vi[k] + (1.0f - a.beta2) * gk * gk;
+            p[k] -= a.lr * ((mi[k] / bc1) / (sqrtf(vi[k] / bc2) + a.eps) + a.weight_decay * p[k]);
+        }
+        vstore<float, W>(m + i, mi);
+        vstore<float, W>(v + i, vi);
+        if (master) vstore<float, W>(master + i, p);
+        if (sizeof(T) == 2 && master && a.stochastic_rounding) { // bf16 values: vstore keeps them
+#pragma unroll
+            for (int k = 0; k < W; k++)
+                p[k] = __bfloat162float(bf16_stochastic(p[k], sr_bits(a.sr_seed, a.t, a.index0 + i + k)));
+        }
+        vstore<T, W>(param + i, p);
     }
 }
 
@@ -61,7 +75,10 @@ extern "C" void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tens
     if (!n) return;
     float bc1 = (float)(1.0 - pow(args.beta1, (double)args.t)),
           bc2 = (float)(1.0 - pow(args.beta2, (double)args.t));
-    adamw_kernel<<<cuda_blocks(n, ADAMW_THREADS), ADAMW_THREADS, 0, cuda_of(be)->stream>>>(
-        param.data, mp, grad.data, cuda_f32(m), cuda_f32(v), n, args, bc1, bc2, bf);
-    CUDA_LAUNCH_CHECK();
+    bool vec = cuda_vec_ok(bf, n, param.data, mp, grad.data, m.data, v.data);
+    CUDA_DISPATCH(bf, vec, {
+        adamw_kernel<T, W><<<cuda_blocks(n / W, ADAMW_THREADS), ADAMW_THREADS, 0, cuda_of(be)->stream>>>(
+            (T *)param.data, mp, (const T *)grad.data, cuda_f32(m), cuda_f32(v), n / W, args, bc1, bc2);
+        CUDA_LAUNCH_CHECK();
+    });
 }

@@ -83,6 +83,8 @@ __global__ void layernorm_backward_kernel(T *dinp, float *partials, const T *dou
         T *dx = dinp + row * C;
         float m = mean[row], r = rstd[row], gsum = 0.0f, gnsum = 0.0f, d[W], xv[W], wv[W];
         for (int c = lane * W; c < C; c += 32 * W) {
+            // dx is read in the second loop only: fetch it into L1 now, in the same round trip
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(dx + c));
             vload<T, W>(d, dy + c);
             vload<T, W>(xv, x + c);
             vload<T, W>(wv, w + c);

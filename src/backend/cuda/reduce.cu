@@ -2,16 +2,18 @@
 // (parameter gradients: dbias, LayerNorm's dw/db) and the sum of squares (gradient norm).
 // No atomics anywhere: every partial sum covers a fixed range and partials are combined in a
 // fixed order, so results depend only on the shapes (not on timing or the GPU's SM count).
-//   column sums: per (column, row chunk) one thread sums the chunk's rows in order into
-//                partials (nchunks, n) fp32; cuda_add_partials adds the chunks in a fixed
-//                order (AP_GROUPS interleaved groups, each in order, then the groups in order).
+//   column sums: per (columns, row chunk) a block sums the chunk's rows in a fixed order into
+//                partials (nchunks, n) fp32 (16-byte vectors along the rows where aligned);
+//                cuda_add_partials adds the chunks in a fixed order (AP_GROUPS interleaved
+//                groups, each in order, then the groups in order).
 //   sumsq:       per chunk of SUMSQ_CHUNK elements one block, fp64 per thread then a fixed
 //                tree; one block then adds the chunk sums (same pattern); one fp64 comes back.
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/vec.cuh"
 
-#define COL_THREADS 256
-#define AP_COLS 32  // columns per add_partials block
-#define AP_GROUPS 8 // groups of partials per column, summed in parallel then in order
+#define COL_VECS 32   // vectors of columns per column_partials block
+#define COL_GROUPS 8  // row groups per column_partials block, summed in parallel then in order
+#define AP_COLS 8     // columns per add_partials block (8 fp32: one 32-byte sector a row)
+#define AP_GROUPS 32  // groups of partials per column, summed in parallel then in order
 #define SUMSQ_CHUNK (1 << 16) // elements per block of the first sumsq pass
 #define SUMSQ_THREADS 256
 
@@ -47,25 +49,43 @@ void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partia
     CUDA_LAUNCH_CHECK();
 }
 
-// partials[chunk, c] = sum of x[r, c] over the chunk's rows, in row order.
-// grid (ceil(n / COL_THREADS), nchunks)
-__global__ void column_partials_kernel(float *partials, const void *x, int64_t N, int64_t n,
-                                       int64_t chunk, bool bf) {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n) return;
+// partials[chunk, c] = sum of x[r, c] over the chunk's rows. grid (ceil(n / (COL_VECS W)),
+// nchunks): thread (vector v, row group g) sums rows r0 + g, r0 + g + COL_GROUPS, ... of its W
+// columns in order, then the groups' sums are added in group order through shared memory
+// (element k of vector v of group g at [g][k][v], so the lanes of a warp hit distinct banks).
+template <typename T, int W>
+__global__ void column_partials_kernel(float *partials, const T *x, int64_t N, int64_t n, int64_t chunk) {
+    __shared__ float sh[COL_GROUPS][W][COL_VECS];
+    int v = threadIdx.x % COL_VECS, g = threadIdx.x / COL_VECS;
+    int64_t c0 = (int64_t)blockIdx.x * COL_VECS * W, c = c0 + (int64_t)v * W;
     int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
-    float s = 0.0f;
-    for (int64_t r = r0; r < r1; r++) s += ldx(x, r * n + c, bf);
-    partials[blockIdx.y * n + c] = s;
+    float s[W] = {}, xv[W];
+    if (c < n)
+        for (int64_t r = r0 + g; r < r1; r += COL_GROUPS) {
+            vload<T, W>(xv, x + r * n + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) s[k] += xv[k];
+        }
+#pragma unroll
+    for (int k = 0; k < W; k++) sh[g][k][v] = s[k];
+    __syncthreads();
+    for (int j = threadIdx.x; j < COL_VECS * W; j += blockDim.x) {
+        if (c0 + j >= n) break;
+        float total = 0.0f;
+        for (int gg = 0; gg < COL_GROUPS; gg++) total += sh[gg][j % W][j / W];
+        partials[blockIdx.y * n + c0 + j] = total;
+    }
 }
 
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf) {
     if (!N || !n) return;
     int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
     float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * n) * sizeof(float));
-    dim3 grid((unsigned)((n + COL_THREADS - 1) / COL_THREADS), (unsigned)nchunks);
-    column_partials_kernel<<<grid, COL_THREADS, 0, cu->stream>>>(part, x, N, n, chunk, bf);
-    CUDA_LAUNCH_CHECK();
+    CUDA_DISPATCH(bf, cuda_vec_ok(bf, n, x), {
+        dim3 grid((unsigned)((n + COL_VECS * W - 1) / (COL_VECS * W)), (unsigned)nchunks);
+        column_partials_kernel<T, W><<<grid, COL_VECS * COL_GROUPS, 0, cu->stream>>>(part, (const T *)x, N, n, chunk);
+        CUDA_LAUNCH_CHECK();
+    });
     cuda_add_partials(cu, dst, bf, part, false, nchunks, n, n);
 }
 

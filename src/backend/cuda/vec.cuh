@@ -15,27 +15,36 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
     return __float2bfloat16_rn(x);
 }
 
-// x[0..W) = p[0..W) as fp32; p 16-byte aligned when W * sizeof(T) == 16
+// x[0..W) = p[0..W) as fp32; p 16-byte aligned when W * sizeof(T) is a multiple of 16 (then
+// read as W * sizeof(T) / 16 16-byte loads)
 template <typename T, int W> __device__ __forceinline__ void vload(float (&x)[W], const T *p) {
-    if constexpr (W * sizeof(T) == 16) {
-        uint4 u = *reinterpret_cast<const uint4 *>(p);
-        const T *e = reinterpret_cast<const T *>(&u);
+    if constexpr (W * sizeof(T) % 16 == 0) {
+        constexpr int PER = 16 / sizeof(T);
 #pragma unroll
-        for (int k = 0; k < W; k++) x[k] = to_f32(e[k]);
+        for (int q = 0; q < W / PER; q++) {
+            uint4 u = reinterpret_cast<const uint4 *>(p)[q];
+            const T *e = reinterpret_cast<const T *>(&u);
+#pragma unroll
+            for (int k = 0; k < PER; k++) x[q * PER + k] = to_f32(e[k]);
+        }
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) x[k] = to_f32(p[k]);
     }
 }
 
-// p[0..W) = x[0..W) rounded to T (nearest even for bf16)
+// p[0..W) = x[0..W) rounded to T (nearest even for bf16); alignment as vload
 template <typename T, int W> __device__ __forceinline__ void vstore(T *p, const float (&x)[W]) {
-    if constexpr (W * sizeof(T) == 16) {
-        uint4 u;
-        T *e = reinterpret_cast<T *>(&u);
+    if constexpr (W * sizeof(T) % 16 == 0) {
+        constexpr int PER = 16 / sizeof(T);
 #pragma unroll
-        for (int k = 0; k < W; k++) e[k] = from_f32<T>(x[k]);
-        *reinterpret_cast<uint4 *>(p) = u;
+        for (int q = 0; q < W / PER; q++) {
+            uint4 u;
+            T *e = reinterpret_cast<T *>(&u);
+#pragma unroll
+            for (int k = 0; k < PER; k++) e[k] = from_f32<T>(x[q * PER + k]);
+            reinterpret_cast<uint4 *>(p)[q] = u;
+        }
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) p[k] = from_f32<T>(x[k]);
