@@ -2,9 +2,11 @@
 # On a GPU machine (nvcc 13, cmake, compute-sanitizer; no network needed): configure and build
 # loom into build-gpu (Release) with the CUDA backend, run the CUDA tests (every op against the
 # CPU; the PyTorch model fixtures in fp32 and bf16; the whole model, tiny and gpt2, against the
-# CPU), the op tests again under compute-sanitizer memcheck (small shapes), with --bench the
+# CPU), compute-sanitizer (memcheck on the op tests' small shapes and on the model fixtures in
+# fp32 and bf16, racecheck on the op tests' small shapes), with --bench the
 # training benchmarks beside the PyTorch peer (scripts/bench_gpu.sh) and the attention
-# benchmarks beside PyTorch's SDPA, and print a summary table last.
+# benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), and
+# print a summary table last (with --bench, the two benchmark tables after it).
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
 #   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
@@ -88,6 +90,12 @@ step "gpt2 fixtures on GPU (ctest)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_b
 step "gpt2 GPU vs CPU" "$BUILD/tests/test_gpt2_devices" || failed=1
 step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
     --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+for precision in fp32 bf16; do # the whole model: forward, backward, AdamW steps
+    step "memcheck (fixtures, $precision)" compute-sanitizer --tool memcheck --leak-check full \
+        --error-exitcode 99 "$BUILD/tests/test_gpt2_fixture" "$ROOT/tests/fixtures" cuda $precision || failed=1
+done
+step "racecheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
+    --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
 if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
     step "bench gpt2 (loom, pytorch)" sh -c "bash '$ROOT/scripts/bench_gpu.sh' | tee '$OUTDIR/bench_gpt2.md'" || failed=1
@@ -96,4 +104,8 @@ if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GP
         failed=1
 fi
 summary
+if [ "${1:-}" = "--bench" ]; then
+    echo; cat "$OUTDIR/bench_gpt2.md"
+    echo; python3 "$ROOT/bench/peer/attention_ratio.py" "$OUTDIR/bench_loom_attention.md" "$OUTDIR/bench_torch_attention.md"
+fi
 exit $failed
