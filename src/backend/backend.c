@@ -24,3 +24,10 @@ loom_status loom_backend_create(loom_backend **out, const char *device, loom_dty
 void loom_backend_destroy(loom_backend *be) {
     if (be) be->destroy(be);
 }
+
+int loom_backend_device_count(const char *device) {
+#ifdef LOOM_HAVE_CUDA
+    if (strncmp(device, "cuda", 4) == 0) return loom_backend_cuda_device_count();
+#endif
+    return 0;
+}

@@ -49,6 +49,9 @@ struct loom_backend {
     // layer's logits): large enough for the device's matmuls to run at full rate, small enough
     // to bound memory (32 MiB on the CPU, 512 MiB on a GPU).
     size_t chunk_bytes;
+    // The stream every op of this backend runs on (a cudaStream_t on a GPU; NULL on the CPU), so
+    // that other code (NCCL collectives, host staging) can order its work against the ops.
+    void *stream;
 
     // ---- memory (device memory for a GPU backend) ----
     void *(*alloc)(loom_backend *be, size_t bytes); // zero-filled; NULL when out of memory
@@ -153,6 +156,9 @@ struct loom_backend {
 // machine lacks or a dtype the device does not implement (the CPU computes in fp32 only).
 loom_status loom_backend_create(loom_backend **out, const char *device, loom_dtype dtype);
 void loom_backend_destroy(loom_backend *be);
+// GPUs of the kind `device` names ("cuda") that this process can see: 0 on the CPU, in builds
+// without CUDA, or without a driver.
+int loom_backend_device_count(const char *device);
 
 // Backend constructors (one per implementation).
 loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);
@@ -160,3 +166,4 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);
 // `device_index` (made current), or the current device when it is -1. LOOM_EUNSUPPORTED when
 // the machine has no CUDA device, no device of that index, or none this build has kernels for.
 loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype dtype, int device_index);
+int loom_backend_cuda_device_count(void);

@@ -11,9 +11,6 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "backend/backend.h"
-#ifdef LOOM_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -157,9 +154,7 @@ int loom_cmd_bench_comm(int argc, char **argv) {
                       "bad sizes or counts: %zu..%zu bytes, warmup %d, iters %d", lo, hi, warmup, iters);
     if (s == LOOM_OK && !help) s = cli_open_backend(device, precision, 0, loom_comm_local_rank(c), &be);
     bench_ctx x = {c, c, be};
-#ifdef LOOM_HAVE_CUDA
-    if (s == LOOM_OK && !help && strcmp(be->name, "cuda") == 0) s = loom_comm_nccl(c, loom_cuda_stream(be), &x.dev);
-#endif
+    if (s == LOOM_OK && !help && be->stream) s = loom_comm_nccl(c, be->stream, &x.dev);
     bool report = true;
     s = loom_comm_agree(c, s, &report);
     if (s == LOOM_OK && !help) s = bench(&x, first, last, lo, hi, warmup, iters);

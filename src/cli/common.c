@@ -17,7 +17,8 @@ static loom_status open_one(const char *device, const char *precision, int local
     else if (strcmp(precision, "auto") == 0) dt = gpu ? LOOM_BF16 : LOOM_F32;
     else return loom_fail(LOOM_EINVAL, "precisions are: auto, fp32, bf16", "unknown precision '%s'", precision);
     char name[32];
-    if (strcmp(device, "cuda") == 0) snprintf(name, sizeof name, "cuda:%d", local_rank);
+    int gpus = loom_backend_device_count(device);
+    if (strcmp(device, "cuda") == 0 && gpus > 0) snprintf(name, sizeof name, "cuda:%d", local_rank % gpus);
     else snprintf(name, sizeof name, "%s", device);
     return loom_backend_create(be, name, dt);
 }

@@ -1,9 +1,6 @@
 // `loom train` set-up, checkpoints and teardown; see train.h.
 #include "cli/common.h"
 #include "cli/train.h"
-#ifdef LOOM_HAVE_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 #include "core/log.h"
 
 #include <errno.h>
@@ -15,10 +12,7 @@
 // rank's state.
 static loom_status create_dp_and_optimizer(trainer *t) {
     const loom_gpt2 *m = t->model;
-#ifdef LOOM_HAVE_CUDA
-    if (strcmp(t->be->name, "cuda") == 0 && t->world_size > 1)
-        LOOM_TRY(loom_comm_nccl(t->world, loom_cuda_stream(t->be), &t->device_world));
-#endif
+    if (t->be->stream && t->world_size > 1) LOOM_TRY(loom_comm_nccl(t->world, t->be->stream, &t->device_world));
     loom_comm *comm = t->device_world ? t->device_world : t->world;
     LOOM_TRY(loom_dp_create(&t->dp, comm, t->world, t->be, m->specs, LOOM_GPT2_NUM_TENSORS, m->num_elements,
                             t->o.zero, t->o.bucket_mb));

@@ -1,6 +1,6 @@
 // The CUDA backend: the loom_backend table for one NVIDIA GPU (built for sm_90: H100/H200).
 // Memory is device memory from cudaMalloc; every op, copy and memset runs on one stream that the
-// backend owns (loom_cuda_stream exposes it); upload, download, alloc and free wait for the
+// backend owns (be->stream hands it out); upload, download, alloc and free wait for the
 // stream, the ops do not. Matmuls go through one cuBLASLt handle with one workspace; the other
 // ops are kernels, one concept per file beside this one (cuda_ops.h lists them).
 #include "backend/cuda/cuda_ops.h"
@@ -117,9 +117,13 @@ static void cuda_destroy(loom_backend *be) {
 static void cuda_range_push(loom_backend *be, const char *name) { nvtxRangePushA(name); }
 static void cuda_range_pop(loom_backend *be) { nvtxRangePop(); }
 
-extern "C" cudaStream_t loom_cuda_stream(loom_backend *be) {
-    LOOM_CHECK(be && strcmp(be->name, "cuda") == 0);
-    return cuda_of(be)->stream;
+extern "C" int loom_backend_cuda_device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
 }
 
 // The device this process uses (index, made current; -1: the current one), or a one-line
@@ -180,6 +184,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .bytes_in_use = 0,
         .peak_bytes = 0,
         .chunk_bytes = (size_t)512 << 20,
+        .stream = cu->stream,
         .alloc = cuda_alloc,
         .free = cuda_free,
         .upload = cuda_upload,

@@ -17,7 +17,6 @@
 extern "C" {
 #include "backend/backend.h"
 }
-#include "backend/cuda/cuda_backend.h"
 
 // ---- checks: CUDA and cuBLAS failures are device or programmer errors, not user input ----
 // They print file:line, the error string and the call, then abort.
