@@ -1,5 +1,5 @@
 # The CUDA backend (src/backend/cuda): built when nvcc is found, and the build is then the same
-# as without it plus the .cu files and the NCCL comm backend in loomlib, LOOM_HAVE_CUDA
+# as without it plus the .cu files and the NCCL and staged comm backends in loomlib, LOOM_HAVE_CUDA
 # defined, and cudart + cuBLASLt + NCCL linked. Without nvcc (or with -DLOOM_CUDA=OFF) nothing here changes the CPU build.
 # Targets H100/H200: sm_90a and sm_90 machine code (no PTX, so no JIT at start-up).
 option(LOOM_CUDA "build the CUDA backend when nvcc is found" ON)
@@ -42,7 +42,8 @@ target_compile_options(loom_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
 target_link_libraries(loom_cuda PRIVATE CUDA::cudart CUDA::cublasLt)
 
-target_sources(loomlib PRIVATE $<TARGET_OBJECTS:loom_cuda> ${CMAKE_SOURCE_DIR}/src/comm/comm_nccl.c)
+target_sources(loomlib PRIVATE $<TARGET_OBJECTS:loom_cuda> ${CMAKE_SOURCE_DIR}/src/comm/comm_nccl.c
+               ${CMAKE_SOURCE_DIR}/src/comm/comm_staged.c)
 # NCCL for collectives on device memory (src/comm/comm_nccl.c); it comes with the CUDA toolkit
 # on our machines
 find_library(NCCL_LIBRARY nccl REQUIRED HINTS ${CUDAToolkit_LIBRARY_DIR})

@@ -46,8 +46,8 @@ static loom_status run_op(loom_comm *c, bench_op op, void *send, void *recv, siz
     }
 }
 
-// The groups of a run: `dev` moves the buffers (MPI for host memory, NCCL for GPU memory),
-// `host` the timings.
+// The groups of a run: `dev` moves the buffers (MPI for host memory; NCCL, or MPI staged
+// through host memory, for GPU memory), `host` the timings.
 typedef struct {
     loom_comm *dev, *host;
     loom_backend *be;
@@ -81,6 +81,16 @@ static loom_status parse_ops(const char *name, bench_op *first, bench_op *last) 
     if (*first < NUM_OPS) return LOOM_OK;
     return loom_fail(LOOM_EINVAL, "ops: allreduce, reduce_scatter, allgather, alltoall, broadcast, all",
                      "unknown collective '%s'", name);
+}
+
+// The group for GPU buffers named by --device-comm: NCCL, or MPI staged through host memory
+// (ranks sharing a GPU).
+static loom_status open_device_comm(const char *name, loom_comm *c, loom_backend *be, loom_comm **dev) {
+    bool nccl = strcmp(name, "nccl") == 0;
+    if (!nccl && strcmp(name, "mpi") != 0)
+        return loom_fail(LOOM_EINVAL, "choices are: nccl, mpi", "unknown --device-comm '%s'", name);
+    if (!be->stream) return LOOM_OK; // host buffers: the launch's own group
+    return nccl ? loom_comm_nccl(c, be->stream, dev) : loom_comm_staged(c, be->stream, dev);
 }
 
 static loom_status bench(const bench_ctx *x, bench_op first, bench_op last, size_t lo, size_t hi, int warmup,
@@ -125,7 +135,8 @@ int loom_cmd_bench_comm(int argc, char **argv) {
         return 1;
     }
     loom_log_set_rank(loom_comm_rank(c), loom_comm_size(c));
-    const char *op = "allreduce", *min_text = "1K", *max_text = "64M", *device = "cpu", *precision = "fp32";
+    const char *op = "allreduce", *min_text = "1K", *max_text = "64M", *device = "cpu", *precision = "fp32",
+               *device_comm = "nccl";
     int warmup = 5, iters = 20;
     const loom_flag flags[] = {
         {"op", FLAG_STR, &op, "allreduce, reduce_scatter, allgather, alltoall, broadcast or all"},
@@ -133,8 +144,11 @@ int loom_cmd_bench_comm(int argc, char **argv) {
         {"max-bytes", FLAG_STR, &max_text, "largest buffer; sizes double from the smallest"},
         {"warmup", FLAG_INT, &warmup, "untimed operations per size"},
         {"iters", FLAG_INT, &iters, "timed operations per size"},
-        {"device", FLAG_STR, &device, "where the buffers live: cpu (MPI) or cuda (NCCL, the GPU of the local rank)"},
+        {"device", FLAG_STR, &device,
+         "where the buffers live: cpu (MPI) or cuda (the GPU of the local rank; see --device-comm)"},
         {"precision", FLAG_STR, &precision, "element type: fp32 or bf16 (GPU)"},
+        {"device-comm", FLAG_STR, &device_comm,
+         "collectives on GPU buffers: nccl, or mpi (staged through host memory, for ranks sharing a GPU)"},
     };
     const loom_cli cli = {"bench-comm", "Bandwidth of the collectives over the launched ranks (nccl-tests style).",
                           "mpirun -np N loom bench-comm [--op all --min-bytes 1K --max-bytes 64M]", flags,
@@ -154,7 +168,7 @@ int loom_cmd_bench_comm(int argc, char **argv) {
                       "bad sizes or counts: %zu..%zu bytes, warmup %d, iters %d", lo, hi, warmup, iters);
     if (s == LOOM_OK && !help) s = cli_open_backend(device, precision, 0, loom_comm_local_rank(c), &be);
     bench_ctx x = {c, c, be};
-    if (s == LOOM_OK && !help && be->stream) s = loom_comm_nccl(c, be->stream, &x.dev);
+    if (s == LOOM_OK && !help) s = open_device_comm(device_comm, c, be, &x.dev);
     bool report = true;
     s = loom_comm_agree(c, s, &report);
     if (s == LOOM_OK && !help) s = bench(&x, first, last, lo, hi, warmup, iters);

@@ -30,6 +30,12 @@ loom_status loom_comm_nccl(loom_comm *host_group, void *compute_stream, loom_com
     return loom_fail(LOOM_EUNSUPPORTED, "build loom where nvcc and NCCL are installed",
                      "device-memory collectives (NCCL) are not in this build");
 }
+
+loom_status loom_comm_staged(loom_comm *host_group, void *stream, loom_comm **out) {
+    *out = NULL;
+    return loom_fail(LOOM_EUNSUPPORTED, "build loom where nvcc is installed",
+                     "device-memory collectives staged through host memory are not in this build");
+}
 #endif
 
 void loom_comm_finalize(loom_comm *world) {
@@ -145,6 +151,13 @@ void loom_comm_shard(size_t n, int size, int rank, size_t *offset, size_t *len) 
     size_t per = (n + (size_t)size - 1) / (size_t)size, start = per * (size_t)rank;
     *offset = start;
     *len = start >= n ? 0 : (n - start < per ? n - start : per);
+}
+
+loom_comm *comm_new_over(const comm_ops *ops, const loom_comm *ranks, void *impl) {
+    loom_comm *c = loom_xcalloc(1, sizeof *c);
+    *c = (loom_comm){.ops = ops, .rank = ranks->rank, .size = ranks->size, .local_rank = ranks->local_rank,
+                     .local_size = ranks->local_size, .impl = impl};
+    return c;
 }
 
 void comm_scale_host(void *buf, size_t count, loom_dtype dt, int divisor) {

@@ -1,6 +1,7 @@
 // Process groups and collectives (DESIGN.md, src/comm). A loom_comm is a group of ranks with
 // one backend: "mpi" (OpenMPI, host memory: the CPU path), "nccl" (device memory, in CUDA
-// builds) or "self" (a group of one, no launcher needed). Every collective can run
+// builds), "staged" (device memory through host copies and MPI, in CUDA builds) or "self" (a
+// group of one, no launcher needed). Every collective can run
 // asynchronously: give a request pointer and wait on it later (loom_comm_wait), or give NULL to
 // block. Buffers are `count` elements of `dt`; "per rank" counts are the size of one rank's
 // piece, so a reduce-scatter's send buffer holds size * count elements.
@@ -36,14 +37,29 @@ int loom_comm_rank(const loom_comm *c);
 int loom_comm_size(const loom_comm *c);
 int loom_comm_local_rank(const loom_comm *c);  // rank among the ranks of this host
 int loom_comm_local_size(const loom_comm *c);  // ranks on this host
-const char *loom_comm_backend(const loom_comm *c); // "mpi", "nccl" or "self"
+const char *loom_comm_backend(const loom_comm *c); // "mpi", "nccl", "staged" or "self"
 
 // A group for device buffers over the same ranks as host_group (CUDA builds; NCCL, its
 // unique id broadcast over host_group). Its collectives run on a stream of their own, after
 // the work already queued on compute_stream (a cudaStream_t); waiting on a request makes
-// compute_stream wait for it without blocking the host. Errors: LOOM_EUNSUPPORTED in builds
-// without CUDA, LOOM_EIO when NCCL fails (the message is NCCL's).
+// compute_stream wait for it without blocking the host. NCCL needs one GPU per rank: when two
+// ranks' current GPUs are the same (host name and PCI bus id), every rank returns LOOM_EINVAL
+// naming the lowest such pair, without calling NCCL (loom_comm_staged serves that layout).
+// Errors: LOOM_EUNSUPPORTED in builds without CUDA, LOOM_EINVAL for ranks sharing a GPU,
+// LOOM_EIO when CUDA or NCCL fails (the message is theirs).
 loom_status loom_comm_nccl(loom_comm *host_group, void *compute_stream, loom_comm **out);
+
+// A group for device buffers over the same ranks as host_group (an "mpi" or "self" group;
+// CUDA builds) whose collectives go through host memory by host_group's backend: for ranks
+// that share a GPU, which NCCL refuses; a test path, not a fast one. Ordering: each operation
+// blocks the host until the work queued on `stream` (a cudaStream_t) so far is done and its
+// device inputs are copied to host memory of its own (so several may be in flight at once,
+// and its inputs may be overwritten once it returns); completing the request copies the
+// results into the device buffers on `stream` and waits for that copy, so work queued on
+// `stream` afterwards sees them (before that, the buffers it writes are left as they were).
+// Errors: LOOM_EUNSUPPORTED in builds without CUDA, LOOM_EINVAL for a host_group that is not
+// in host memory, LOOM_EIO when CUDA fails (the message is CUDA's) or host_group's backend does.
+loom_status loom_comm_staged(loom_comm *host_group, void *stream, loom_comm **out);
 
 // Sub-groups: ranks with the same color form a group, ordered by key (MPI_Comm_split).
 loom_status loom_comm_split(loom_comm *c, int color, int key, loom_comm **out);

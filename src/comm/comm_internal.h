@@ -37,6 +37,9 @@ struct loom_comm_req {
     loom_dtype scale_dt;
 };
 
+// A group of `ops` with the backend's group `impl`, its ranks (rank, size, local rank and size)
+// those of `ranks` (the host group a device group is made over).
+loom_comm *comm_new_over(const comm_ops *ops, const loom_comm *ranks, void *impl);
 // Constructors of the world group per backend.
 loom_comm *comm_self_world(void);
 loom_status comm_mpi_world(int *argc, char ***argv, loom_comm **out);

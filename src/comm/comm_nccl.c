@@ -3,11 +3,13 @@
 // its own CUDA stream. A collective first makes that stream wait for the compute stream's
 // work so far (an event), runs there, and records a completion event; waiting on the request
 // makes the compute stream wait for that event (no host block), so communication overlaps
-// with whatever the compute stream does meanwhile.
-#include "comm/comm_internal.h"
+// with whatever the compute stream does meanwhile. NCCL needs one GPU per rank: ranks that
+// share one are refused before NCCL is called (comm_staged.c serves them).
+#include "comm/comm_cuda.h"
 
-#include <cuda_runtime.h>
 #include <nccl.h>
+#include <string.h>
+#include <unistd.h>
 
 typedef struct {
     ncclComm_t nccl;
@@ -21,11 +23,6 @@ static loom_status check_nccl(ncclResult_t rc, const char *what) {
     if (rc == ncclSuccess) return LOOM_OK;
     return loom_fail(LOOM_EIO, "set NCCL_DEBUG=WARN for NCCL's own account", "%s failed: %s", what,
                      ncclGetErrorString(rc));
-}
-
-static loom_status check_cuda(cudaError_t rc, const char *what) {
-    if (rc == cudaSuccess) return LOOM_OK;
-    return loom_fail(LOOM_EIO, NULL, "%s failed: %s", what, cudaGetErrorString(rc));
 }
 
 static ncclDataType_t nccl_type(loom_dtype dt) {
@@ -43,9 +40,9 @@ static ncclRedOp_t nccl_op(loom_red_op op) { return op == LOOM_AVG ? ncclAvg : n
 // The comm stream waits for the compute stream's work so far.
 static loom_status begin(nccl_group *g) {
     cudaEvent_t ev;
-    LOOM_TRY(check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
-    loom_status s = check_cuda(cudaEventRecord(ev, g->compute), "cudaEventRecord");
-    if (s == LOOM_OK) s = check_cuda(cudaStreamWaitEvent(g->stream, ev, 0), "cudaStreamWaitEvent");
+    LOOM_TRY(comm_check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
+    loom_status s = comm_check_cuda(cudaEventRecord(ev, g->compute), "cudaEventRecord");
+    if (s == LOOM_OK) s = comm_check_cuda(cudaStreamWaitEvent(g->stream, ev, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ev);
     return s;
 }
@@ -55,8 +52,8 @@ static loom_status finish(nccl_group *g, loom_comm_req *r, loom_status launched)
     LOOM_TRY(launched);
     cudaEvent_t *ev = loom_xmalloc(sizeof *ev);
     r->impl = ev;
-    LOOM_TRY(check_cuda(cudaEventCreateWithFlags(ev, cudaEventDisableTiming), "cudaEventCreate"));
-    return check_cuda(cudaEventRecord(*ev, g->stream), "cudaEventRecord");
+    LOOM_TRY(comm_check_cuda(cudaEventCreateWithFlags(ev, cudaEventDisableTiming), "cudaEventCreate"));
+    return comm_check_cuda(cudaEventRecord(*ev, g->stream), "cudaEventRecord");
 }
 
 static loom_status n_allreduce(loom_comm *c, void *buf, size_t n, loom_dtype dt, loom_red_op op, loom_comm_req *r) {
@@ -111,19 +108,19 @@ static loom_status n_sendrecv(loom_comm *c, void *buf, size_t n, loom_dtype dt, 
 
 static loom_status n_barrier(loom_comm *c) {
     nccl_group *g = group_of(c);
-    LOOM_TRY(check_cuda(cudaStreamSynchronize(g->stream), "cudaStreamSynchronize"));
+    LOOM_TRY(comm_check_cuda(cudaStreamSynchronize(g->stream), "cudaStreamSynchronize"));
     return loom_barrier(g->host);
 }
 
 static loom_status n_test(loom_comm_req *r, bool *done) {
     cudaError_t rc = cudaEventQuery(*(cudaEvent_t *)r->impl);
     *done = rc == cudaSuccess;
-    return rc == cudaErrorNotReady ? LOOM_OK : check_cuda(rc, "cudaEventQuery");
+    return rc == cudaErrorNotReady ? LOOM_OK : comm_check_cuda(rc, "cudaEventQuery");
 }
 
 static loom_status n_wait(loom_comm_req *r) {
     cudaEvent_t *ev = r->impl;
-    loom_status s = check_cuda(cudaStreamWaitEvent(group_of(r->comm)->compute, *ev, 0), "cudaStreamWaitEvent");
+    loom_status s = comm_check_cuda(cudaStreamWaitEvent(group_of(r->comm)->compute, *ev, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(*ev);
     free(ev);
     return s;
@@ -162,22 +159,67 @@ static const comm_ops NCCL_OPS = {
 static loom_status wrap(loom_comm *host, ncclComm_t nccl, cudaStream_t compute, loom_comm **out) {
     nccl_group *g = loom_xcalloc(1, sizeof *g);
     *g = (nccl_group){.nccl = nccl, .compute = compute, .host = host};
-    loom_status s = check_cuda(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    loom_status s = comm_check_cuda(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     if (s != LOOM_OK) {
         ncclCommDestroy(nccl);
         loom_comm_free(host);
         free(g);
         return s;
     }
-    loom_comm *c = loom_xcalloc(1, sizeof *c);
-    *c = (loom_comm){.ops = &NCCL_OPS, .rank = host->rank, .size = host->size, .local_rank = host->local_rank,
-                     .local_size = host->local_size, .impl = g};
-    *out = c;
+    *out = comm_new_over(&NCCL_OPS, host, g);
     return LOOM_OK;
+}
+
+// One rank's GPU as the ranks compare them: its host (a hash of the whole name, and the name
+// cut to fit, for messages) and its PCI bus id. 64 bytes, gathered as 16 int32.
+typedef struct {
+    uint64_t host_hash;
+    char bus[16];  // "0000:1B:00.0"; empty when the rank could not tell
+    char host[40];
+} gpu_place;
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+// Every rank learns where every rank's current GPU is; all return the same verdict: LOOM_EINVAL
+// naming the lowest pair of ranks on one GPU, or the failure of the lowest rank that could not
+// tell which GPU it has (its own error there, LOOM_EIO elsewhere).
+static loom_status check_one_rank_per_gpu(loom_comm *h) {
+    gpu_place me = {0};
+    char name[256] = "";
+    gethostname(name, sizeof name - 1);
+    me.host_hash = fnv1a(name);
+    memcpy(me.host, name, strnlen(name, sizeof me.host - 1));
+    int dev = 0;
+    loom_status mine = comm_check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    if (mine == LOOM_OK)
+        mine = comm_check_cuda(cudaDeviceGetPCIBusId(me.bus, sizeof me.bus, dev), "cudaDeviceGetPCIBusId");
+    if (mine != LOOM_OK) me.bus[0] = '\0';
+    gpu_place *all = loom_xmalloc((size_t)h->size * sizeof *all);
+    loom_status s = loom_allgather(h, &me, all, sizeof me / sizeof(int32_t), LOOM_I32, NULL);
+    for (int i = 0; s == LOOM_OK && i < h->size; i++) {
+        all[i].bus[sizeof all[i].bus - 1] = all[i].host[sizeof all[i].host - 1] = '\0';
+        if (!all[i].bus[0] && i == h->rank) s = mine;
+        else if (!all[i].bus[0])
+            s = loom_fail(LOOM_EIO, "see that rank's output", "rank %d cannot tell which GPU it uses", i);
+        for (int j = i + 1; s == LOOM_OK && j < h->size; j++)
+            if (all[i].host_hash == all[j].host_hash && strcmp(all[i].bus, all[j].bus) == 0)
+                s = loom_fail(LOOM_EINVAL,
+                              "launch at most one rank per GPU, or add --device-comm mpi to stage collectives "
+                              "through host memory",
+                              "ranks %d and %d share GPU %s on host %s, and NCCL needs one GPU per rank", i, j,
+                              all[i].bus, all[i].host);
+    }
+    free(all);
+    return s;
 }
 
 loom_status loom_comm_nccl(loom_comm *host_group, void *compute_stream, loom_comm **out) {
     *out = NULL;
+    LOOM_TRY(check_one_rank_per_gpu(host_group));
     ncclUniqueId id;
     if (host_group->rank == 0) LOOM_TRY(check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId"));
     LOOM_TRY(loom_broadcast(host_group, &id, sizeof id / sizeof(int32_t), LOOM_I32, 0, NULL));

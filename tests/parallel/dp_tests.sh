@@ -5,6 +5,8 @@
 #            bit-identical; without accumulation ZeRO 2 is bit-identical to ZeRO 1 too
 #   resume:  a 2-rank ZeRO-1 run killed and resumed equals the uninterrupted one bit for bit
 #   errors:  impossible layouts give one error line and every rank exits non-zero, no hang
+#   bench_comm: the bench-comm table's rows and bandwidths; unknown --op and --device-comm
+#            values give one error line
 set -uo pipefail
 CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
 WORK=$(mktemp -d /tmp/loom_dp_XXXXXX)
@@ -95,6 +97,9 @@ bench_comm)
        END { exit bad }' out.txt || fail "inconsistent bandwidths"
   expect=$(run 2 bench-comm --op gather 2>&1 >/dev/null | grep -c "unknown collective 'gather'")
   [ "$expect" -eq 1 ] || fail "unknown op not reported once"
+  run 2 bench-comm --device-comm shm >/dev/null 2>err.txt && fail "--device-comm shm accepted"
+  [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] || fail "--device-comm shm: not one error line: $(cat err.txt)"
+  grep 'loom: error: ' err.txt | grep -q -F "unknown --device-comm 'shm'" || fail "--device-comm shm: $(cat err.txt)"
   echo "ok: bench-comm table over 3 ranks ($rows rows, busbw factors checked)"
   ;;
 *) fail "unknown case" ;;
