@@ -40,11 +40,12 @@ static void sgemm_ref(void) {
                 4 * C);
 }
 static void encoder_fwd(void) {
-    be->encoder_forward(be, f(x, N, C), LOOM_VIEW(tokens, LOOM_I32, B, T), f(w, Vp, C), f(z, T, C));
+    be->encoder_forward(be, f(x, N, C), LOOM_VIEW(tokens, LOOM_I32, B, T), f(w, Vp, C), f(z, T, C),
+                        0);
 }
 static void encoder_bwd(void) {
     be->encoder_backward(be, f(dw, Vp, C), f(z, T, C), f(x, N, C),
-                         LOOM_VIEW(tokens, LOOM_I32, B, T));
+                         LOOM_VIEW(tokens, LOOM_I32, B, T), 0);
 }
 static void layernorm_fwd(void) {
     be->layernorm_forward(be, f(y, N, C), LOOM_VIEW(mean, F32, N), LOOM_VIEW(rstd, F32, N),

@@ -67,13 +67,21 @@ struct loom_backend {
     void (*range_pop)(loom_backend *be);
 
     // ---- ops ----
-    // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
-    //   out (B,T,C), tokens (B,T) int32 in [0,Vp), wte (Vp,C), wpe (maxT,C), T <= maxT
+    // Token + position embedding over one range of the vocabulary (Megatron-LM's
+    // vocabulary-parallel embedding, Shoeybi et al. 2019): wte (Vl,C) holds rows
+    // [vocab_start, vocab_start + Vl) of the whole (Vp,C) embedding (vocab_start 0, Vl = Vp: all).
+    //   out[b,t,:] = wte[tok - vocab_start,:] + wpe[t,:]  if vocab_start <= tok < vocab_start + Vl
+    //              = 0                                     otherwise (wpe not added)
+    // with tok = tokens[b,t], so the sum of the outputs of all the vocabulary's shards is
+    // wte[tok] + wpe[t], each element coming from one shard (exactly).
+    //   out (B,T,C), tokens (B,T) int32 in [0,Vp), wte (Vl,C), wpe (maxT,C), T <= maxT
     void (*encoder_forward)(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
-                            loom_tensor wpe);
-    // dwte (Vp,C) +=, dwpe (maxT,C) +=, from dout (B,T,C) and tokens (B,T)
+                            loom_tensor wpe, int vocab_start);
+    // dwte (Vl,C) +=: dwte[tok - vocab_start] += dout[b,t] for the tokens in this shard's range;
+    // dwpe (maxT,C) +=: dwpe[t] += dout[b,t] for every token (the whole gradient of the
+    // replicated wpe); from dout (B,T,C) and tokens (B,T), wte's shard as in encoder_forward
     void (*encoder_backward)(loom_backend *be, loom_tensor dwte, loom_tensor dwpe, loom_tensor dout,
-                             loom_tensor tokens);
+                             loom_tensor tokens, int vocab_start);
 
     // LayerNorm over the last dim (Ba et al. 2016), eps 1e-5 as GPT-2:
     //   out (N,C) = (inp - mean) * rstd * w + b;  mean (N) fp32, rstd (N) fp32 saved for backward
@@ -135,6 +143,32 @@ struct loom_backend {
     // [0,V) and 0 on [V,Vp), where dloss is d(total loss)/d(losses[i]) (e.g. 1/(B*T)).
     void (*softmax_crossentropy)(loom_backend *be, loom_tensor losses, loom_tensor logits,
                                  loom_tensor targets, int V, float dloss, bool backward);
+
+    // Vocabulary-parallel cross-entropy (Megatron-LM's parallel cross-entropy, Shoeybi et al.
+    // 2019): each of R shards holds the logits of columns [vocab_start, vocab_start + Vl) of the
+    // padded vocabulary (its output layer's rows of wte); columns >= V are padding and never
+    // count. Partial statistics of the shards are combined (after an all-gather, say) into the
+    // logsumexp, then each shard computes its own columns' gradient; with one shard of all Vp
+    // columns, the three ops give softmax_crossentropy's results to float rounding.
+    // Per row i, over this shard's columns j with vocab_start + j < V (the valid ones):
+    //   partial[i,0] = m = max logits[i,j]                  (-INFINITY when none is valid)
+    //   partial[i,1] = sum of exp(logits[i,j] - m)          (0 when none is valid)
+    //   partial[i,2] = logits[i, targets[i] - vocab_start]  if the target is in this shard, else 0
+    //   partial (N,3) fp32; logits (N,Vl) be->dtype; targets (N) int32 in [0,V)
+    void (*crossentropy_partial)(loom_backend *be, loom_tensor partial, loom_tensor logits,
+                                 loom_tensor targets, int vocab_start, int V);
+    // Combines the R shards' partials as the online softmax does (Milakov & Gimelshein 2018),
+    // summing over r = 0..R-1 in order (deterministic):
+    //   M = max_r m_r;  S = sum_r s_r exp(m_r - M) (shards with s_r = 0 add nothing)
+    //   lse[i] = M + log S;  losses[i] = lse[i] - sum_r partials[r,i,2]
+    //   partials (R,N,3) fp32; losses (N) fp32, lse (N) fp32
+    void (*crossentropy_combine)(loom_backend *be, loom_tensor losses, loom_tensor lse,
+                                 loom_tensor partials);
+    // logits (N,Vl) is overwritten with dlogits = dloss * (exp(logits - lse) - onehot(target))
+    // on the valid columns (onehot at column targets[i] - vocab_start) and 0 on the padding,
+    // from lse (N) fp32 of crossentropy_combine; dloss as in softmax_crossentropy
+    void (*crossentropy_backward)(loom_backend *be, loom_tensor logits, loom_tensor lse,
+                                  loom_tensor targets, int vocab_start, int V, float dloss);
 
     // AdamW on one contiguous range of n elements (see loom_adamw_args).
     //   param (n) be->dtype, updated in place; grad (n) be->dtype; m, v (n) fp32;

@@ -241,7 +241,7 @@ static void forward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a) {
     const loom_tensor *p = m->p;
     int L = m->cfg.num_layers;
     range_push(m, "forward", -1);
-    be->encoder_forward(be, a->encoded, a->tokens, p[P_WTE], p[P_WPE]);
+    be->encoder_forward(be, a->encoded, a->tokens, p[P_WTE], p[P_WPE], 0);
     for (int l = 0; l < L; l++) {
         range_push(m, "block", l);
         block_forward(m, a, l, block_input(a, l));
@@ -318,7 +318,7 @@ static void backward_blocks(loom_gpt2 *m, const loom_gpt2_acts *a, const loom_gp
         range_pop(m);
         grads_ready(m, l);
     }
-    be->encoder_backward(be, dp[P_WTE], dp[P_WPE], dres, a->tokens);
+    be->encoder_backward(be, dp[P_WTE], dp[P_WPE], dres, a->tokens, 0);
     grads_ready(m, -1);
 }
 

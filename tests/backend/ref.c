@@ -234,3 +234,18 @@ void ref_crossentropy(float *losses, float *dlogits, const float *logits, const 
                 j < V ? (float)(dloss * (exp(z[j] - lse) - (j == targets[n]))) : 0.0f;
     }
 }
+
+void ref_crossentropy_partial(float *partial, const float *logits, const int32_t *targets, int N,
+                              int Vl, int vocab_start, int V) {
+    int n = V - vocab_start < Vl ? V - vocab_start : Vl;
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (int64_t)i * Vl;
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j < n; j++) m = z[j] > m ? z[j] : m;
+        for (int j = 0; j < n; j++) sum += exp(z[j] - m);
+        int t = targets[i] - vocab_start;
+        partial[i * 3] = (float)m;
+        partial[i * 3 + 1] = (float)sum;
+        partial[i * 3 + 2] = t >= 0 && t < Vl ? z[t] : 0.0f;
+    }
+}

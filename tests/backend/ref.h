@@ -30,3 +30,7 @@ void ref_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t
 // losses (N); dlogits (N,Vp) = dloss * (softmax - onehot) on [0,V), 0 on [V,Vp) (NULL: skip)
 void ref_crossentropy(float *losses, float *dlogits, const float *logits, const int32_t *targets,
                       int N, int V, int Vp, float dloss);
+// one vocabulary shard's (max, sum of exp(z - max), target logit or 0) per row (N,3), over the
+// columns j of logits (N,Vl) with vocab_start + j < V (-INFINITY, 0 when there are none)
+void ref_crossentropy_partial(float *partial, const float *logits, const int32_t *targets, int N,
+                              int Vl, int vocab_start, int V);

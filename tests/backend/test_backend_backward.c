@@ -31,17 +31,17 @@ static void test_encoder(t_shape s) {
     float *rwte = t_dup(dwte, (size_t)(Vp * C)), *rwpe = t_dup(dwpe, (size_t)(maxT * C));
     loom_tensor tv = LOOM_VIEW(tok, LOOM_I32, s.B, s.T), dv = LOOM_VIEW(dout, F32, s.B, s.T, C);
     loom_tensor wte = LOOM_VIEW(dwte, F32, Vp, C), wpe = LOOM_VIEW(dwpe, F32, maxT, C);
-    t_be->encoder_backward(t_be, wte, wpe, dv, tv);
+    t_be->encoder_backward(t_be, wte, wpe, dv, tv, 0);
     ref_encoder_backward(rwte, rwpe, dout, tok, s.B, s.T, C);
     check("encoder dwte", dwte, rwte, (size_t)(Vp * C), s);
     check("encoder dwpe", dwpe, rwpe, (size_t)(maxT * C), s);
     // twice from zero doubles
     memset(dwte, 0, sizeof(float) * (size_t)(Vp * C)),
         memset(dwpe, 0, sizeof(float) * (size_t)(maxT * C));
-    t_be->encoder_backward(t_be, wte, wpe, dv, tv);
+    t_be->encoder_backward(t_be, wte, wpe, dv, tv, 0);
     memcpy(rwte, dwte, sizeof(float) * (size_t)(Vp * C)),
         memcpy(rwpe, dwpe, sizeof(float) * (size_t)(maxT * C));
-    t_be->encoder_backward(t_be, wte, wpe, dv, tv);
+    t_be->encoder_backward(t_be, wte, wpe, dv, tv, 0);
     check_twice("encoder dwte", dwte, rwte, (size_t)(Vp * C), 2);
     check_twice("encoder dwpe", dwpe, rwpe, (size_t)(maxT * C), 2);
     free(tok), free(dout), free(dwte), free(dwpe), free(rwte), free(rwpe);

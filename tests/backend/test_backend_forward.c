@@ -18,7 +18,7 @@ static void test_encoder(t_shape s) {
     float *out = t_nans((size_t)n), *ref = t_nans((size_t)n);
     t_be->encoder_forward(t_be, LOOM_VIEW(out, F32, s.B, s.T, s.C),
                           LOOM_VIEW(tok, LOOM_I32, s.B, s.T), LOOM_VIEW(wte, F32, Vp, s.C),
-                          LOOM_VIEW(wpe, F32, maxT, s.C));
+                          LOOM_VIEW(wpe, F32, maxT, s.C), 0);
     ref_encoder_forward(ref, tok, wte, wpe, s.B, s.T, s.C);
     check("encoder", out, ref, (size_t)n, s);
     free(tok), free(wte), free(wpe), free(out), free(ref);

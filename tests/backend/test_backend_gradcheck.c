@@ -152,7 +152,7 @@ typedef struct {
 
 static double en_loss(void *p) {
     en_ctx *c = p;
-    t_be->encoder_forward(t_be, c->out, c->tokens, c->wte, c->wpe);
+    t_be->encoder_forward(t_be, c->out, c->tokens, c->wte, c->wpe, 0);
     return t_dot(c->out.data, c->R, (size_t)loom_numel(&c->out));
 }
 
@@ -165,7 +165,7 @@ static void test_encoder(int B, int T, int C) {
     en_ctx c = {LOOM_VIEW(out, F32, B, T, C), LOOM_VIEW(tok, LOOM_I32, B, T),
                 LOOM_VIEW(wte, F32, Vp, C), LOOM_VIEW(wpe, F32, maxT, C), R};
     t_be->encoder_backward(t_be, LOOM_VIEW(dwte, F32, Vp, C), LOOM_VIEW(dwpe, F32, maxT, C),
-                           LOOM_VIEW(R, F32, B, T, C), c.tokens);
+                           LOOM_VIEW(R, F32, B, T, C), c.tokens, 0);
     gradcheck("encoder wte", en_loss, &c, wte, dwte, (size_t)(Vp * C));
     gradcheck("encoder wpe", en_loss, &c, wpe, dwpe, (size_t)(maxT * C));
     free(tok), free(wte), free(wpe), free(out), free(R), free(dwte), free(dwpe);

@@ -39,7 +39,7 @@ static void run_encoder(void *p) {
     th_bufs *b = p;
     memset(b->dw, 0, sizeof(float) * Vp * C), memset(b->db, 0, sizeof(float) * T * C);
     t_be->encoder_backward(t_be, LOOM_VIEW(b->dw, F32, Vp, C), LOOM_VIEW(b->db, F32, T, C),
-                           LOOM_VIEW(b->dy, F32, B, T, C), LOOM_VIEW(b->tok, LOOM_I32, B, T));
+                           LOOM_VIEW(b->dy, F32, B, T, C), LOOM_VIEW(b->tok, LOOM_I32, B, T), 0);
 }
 
 static void run_layernorm(void *p) {

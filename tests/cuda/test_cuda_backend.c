@@ -131,15 +131,21 @@ static void record(const char *what, double e) {
     if (e > *w || e != e) *w = e;
 }
 
-// the device result of b against the CPU result in b.h, relative to max |b.h|, or to `scale`
-// when it is positive (for a result whose rounding error follows another tensor's size)
-static void check_scaled(const char *what, buf b, double scale, shape s) {
-    float *got = loom_xmalloc(b.n * 4 + 4);
-    download_as(got, b.d, b.n, b.dt);
-    double e = t_max_rel_err(got, b.h, b.n) * (scale > 0 ? t_max_abs(b.h, b.n) / scale : 1);
+// got (n) against want, relative to max |want|, or to `scale` when it is positive (for a
+// result whose rounding error follows another tensor's size)
+static void check_values(const char *what, const float *got, const float *want, size_t n, double scale,
+                         shape s) {
+    double e = t_max_rel_err(got, want, n) * (scale > 0 ? t_max_abs(want, n) / scale : 1);
     record(what, e);
     T_ASSERT(e < tol, "%s %s B=%d T=%d C=%d NH=%d: rel err %.3g", dt == LOOM_BF16 ? "bf16" : "fp32",
              what, s.B, s.T, s.C, s.NH, e);
+}
+
+// the device result of b against the CPU result in b.h, as check_values
+static void check_scaled(const char *what, buf b, double scale, shape s) {
+    float *got = loom_xmalloc(b.n * 4 + 4);
+    download_as(got, b.d, b.n, b.dt);
+    check_values(what, got, b.h, b.n, scale, s);
     free(got);
 }
 
@@ -165,26 +171,26 @@ static void test_memory(void) {
     gpu->free(gpu, d), gpu->free(gpu, e), free(x), free(y);
 }
 
-static void test_encoder(shape s) {
+// wte (Vl,C) is rows [vocab_start, vocab_start + Vl) of a vocabulary of Vp = 128 tokens: the
+// whole of it, or a shard (the other tokens give zero rows and no dwte)
+static void test_encoder(shape s, int vocab_start, int Vl) {
     int Vp = 128, maxT = s.T + 3, n = s.B * s.T;
+    bool shard = Vl < Vp;
     int32_t *tok = loom_xmalloc((size_t)n * 4);
     for (int i = 0; i < n; i++) tok[i] = t_randint(0, Vp - 1);
     int32_t *dtok = d_ints(tok, (size_t)n);
-    buf wte = b_randn((size_t)Vp * s.C, 1, dt), wpe = b_randn((size_t)maxT * s.C, 1, dt);
+    loom_tensor ht = LOOM_VIEW(tok, I32, s.B, s.T), dt_ = LOOM_VIEW(dtok, I32, s.B, s.T);
+    buf wte = b_randn((size_t)Vl * s.C, 1, dt), wpe = b_randn((size_t)maxT * s.C, 1, dt);
     buf out = b_nans((size_t)n * s.C, dt);
-    cpu->encoder_forward(cpu, HV(out, s.B, s.T, s.C), LOOM_VIEW(tok, I32, s.B, s.T),
-                         HV(wte, Vp, s.C), HV(wpe, maxT, s.C));
-    gpu->encoder_forward(gpu, DV(out, s.B, s.T, s.C), LOOM_VIEW(dtok, I32, s.B, s.T),
-                         DV(wte, Vp, s.C), DV(wpe, maxT, s.C));
-    check("encoder out", out, s);
+    cpu->encoder_forward(cpu, HV(out, s.B, s.T, s.C), ht, HV(wte, Vl, s.C), HV(wpe, maxT, s.C), vocab_start);
+    gpu->encoder_forward(gpu, DV(out, s.B, s.T, s.C), dt_, DV(wte, Vl, s.C), DV(wpe, maxT, s.C), vocab_start);
+    check(shard ? "encoder out (vocab shard)" : "encoder out", out, s);
     buf dout = b_randn((size_t)n * s.C, 1, dt);
-    buf dwte = b_randn((size_t)Vp * s.C, 1, dt), dwpe = b_randn((size_t)maxT * s.C, 1, dt);
-    cpu->encoder_backward(cpu, HV(dwte, Vp, s.C), HV(dwpe, maxT, s.C), HV(dout, s.B, s.T, s.C),
-                          LOOM_VIEW(tok, I32, s.B, s.T));
-    gpu->encoder_backward(gpu, DV(dwte, Vp, s.C), DV(dwpe, maxT, s.C), DV(dout, s.B, s.T, s.C),
-                          LOOM_VIEW(dtok, I32, s.B, s.T));
-    check("encoder dwte +=", dwte, s);
-    check("encoder dwpe +=", dwpe, s);
+    buf dwte = b_randn((size_t)Vl * s.C, 1, dt), dwpe = b_randn((size_t)maxT * s.C, 1, dt);
+    cpu->encoder_backward(cpu, HV(dwte, Vl, s.C), HV(dwpe, maxT, s.C), HV(dout, s.B, s.T, s.C), ht, vocab_start);
+    gpu->encoder_backward(gpu, DV(dwte, Vl, s.C), DV(dwpe, maxT, s.C), DV(dout, s.B, s.T, s.C), dt_, vocab_start);
+    check(shard ? "encoder dwte += (vocab shard)" : "encoder dwte +=", dwte, s);
+    check(shard ? "encoder dwpe += (vocab shard)" : "encoder dwpe +=", dwpe, s);
     free(tok), gpu->free(gpu, dtok);
     b_free(&wte), b_free(&wpe), b_free(&out), b_free(&dout), b_free(&dwte), b_free(&dwpe);
 }
@@ -359,6 +365,69 @@ static void test_crossentropy(shape s, float scale) {
     free(tgt), free(z0), free(loss64), gpu->free(gpu, dtgt), b_free(&z), b_free(&loss);
 }
 
+// The vocabulary-parallel cross-entropy against the CPU on the same shards of a random (N, Vp)
+// logits matrix, V = 37C + 11: 4 equal shards (16-byte vectors; the last partly padding), 3 of
+// which two have odd widths (one element a thread), and 2 split at V (the second all padding).
+// The combine starts from the CPU's partials and the backward from the CPU's lse, so that each
+// op is checked alone.
+static void test_crossentropy_parallel(shape s, float scale) {
+    int N = s.B * s.T, V = 37 * s.C + 11, Vp = (V + 127) / 128 * 128;
+    bool large = scale > 10;
+    float *z = loom_xmalloc((size_t)N * Vp * 4);
+    t_fill_normal(z, (size_t)N * Vp, scale);
+    int32_t *tgt = loom_xmalloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) tgt[i] = t_randint(0, V - 1);
+    int32_t *dtgt = d_ints(tgt, (size_t)N);
+    loom_tensor ht = LOOM_VIEW(tgt, I32, N), dt_ = LOOM_VIEW(dtgt, I32, N);
+    int w = (Vp / 3) | 1, splits[3][5] = {{0, Vp / 4, Vp / 2, 3 * Vp / 4, Vp}, {0, w, 2 * w, Vp}, {0, V, Vp}};
+    for (int split = 0; split < 3; split++) {
+        int R = 4 - split, *v0 = splits[split]; // shard r: columns [v0[r], v0[r + 1])
+        buf part = b_nans((size_t)R * N * 3, F32), zs[4];
+        for (int r = 0; r < R; r++) {
+            int Vl = v0[r + 1] - v0[r];
+            float *h = loom_xmalloc((size_t)N * Vl * 4 + 4);
+            for (int i = 0; i < N; i++) memcpy(h + (size_t)i * Vl, z + (size_t)i * Vp + v0[r], (size_t)Vl * 4);
+            zs[r] = b_from(h, (size_t)N * Vl, dt);
+            free(h);
+            cpu->crossentropy_partial(cpu, LOOM_VIEW(part.h + (size_t)r * N * 3, F32, N, 3), HV(zs[r], N, Vl), ht,
+                                      v0[r], V);
+            gpu->crossentropy_partial(gpu, LOOM_VIEW((float *)part.d + (size_t)r * N * 3, F32, N, 3),
+                                      DV(zs[r], N, Vl), dt_, v0[r], V);
+        }
+        // a shard with no valid column has max -INFINITY on both (equal, not comparable by difference)
+        float *got = loom_xmalloc(part.n * 4), *want = loom_xmalloc(part.n * 4);
+        download_as(got, part.d, part.n, F32);
+        memcpy(want, part.h, part.n * 4);
+        for (size_t i = 0; i < part.n; i++)
+            if (isinf(want[i]) && got[i] == want[i]) got[i] = want[i] = 0.0f;
+        check_values(large ? "crossentropy_partial (large logits)" : "crossentropy_partial", got, want, part.n, 0, s);
+        free(got), free(want);
+        buf pc = b_from(part.h, part.n, F32), loss = b_nans((size_t)N, F32), lse = b_nans((size_t)N, F32);
+        cpu->crossentropy_combine(cpu, HV(loss, N), HV(lse, N), HV(pc, R, N, 3));
+        gpu->crossentropy_combine(gpu, DV(loss, N), DV(lse, N), DV(pc, R, N, 3));
+        // a loss is lse minus a logit: its rounding error follows lse's size (large logits)
+        check_scaled(large ? "crossentropy_combine loss (large logits)" : "crossentropy_combine loss", loss,
+                     fmax(t_max_abs(loss.h, loss.n), t_max_abs(lse.h, lse.n)), s);
+        check(large ? "crossentropy_combine lse (large logits)" : "crossentropy_combine lse", lse, s);
+        // dlogits of every shard relative to the largest of all shards (a shard's own may be tiny)
+        buf l = b_from(lse.h, (size_t)N, F32);
+        double dmax = 0;
+        for (int r = 0; r < R; r++) {
+            int Vl = v0[r + 1] - v0[r];
+            cpu->crossentropy_backward(cpu, HV(zs[r], N, Vl), HV(l, N), ht, v0[r], V, 1.0f / N);
+            gpu->crossentropy_backward(gpu, DV(zs[r], N, Vl), DV(l, N), dt_, v0[r], V, 1.0f / N);
+            dmax = fmax(dmax, t_max_abs(zs[r].h, zs[r].n));
+        }
+        for (int r = 0; r < R; r++) {
+            check_scaled(large ? "crossentropy_backward dlogits (large)" : "crossentropy_backward dlogits", zs[r],
+                         dmax, s);
+            b_free(&zs[r]);
+        }
+        b_free(&part), b_free(&pc), b_free(&loss), b_free(&lse), b_free(&l);
+    }
+    free(z), free(tgt), gpu->free(gpu, dtgt);
+}
+
 // n ragged (one element a thread) or a multiple of 8 (16-byte vectors; every C here is)
 static void test_adamw(shape s, bool with_master, bool ragged) {
     size_t n = (ragged ? 10007 : 10008) + (size_t)s.T * s.C;
@@ -443,7 +512,8 @@ static void run_mode(loom_dtype mode, bool quick) {
         shape s = SHAPES[i];
         printf("%s B=%d T=%d C=%d NH=%d (hs %d)\n", loom_dtype_name(mode), s.B, s.T, s.C, s.NH, s.C / s.NH);
         fflush(stdout);
-        test_encoder(s);
+        test_encoder(s, 0, 128);
+        test_encoder(s, 40, 56); // tokens [40, 96): a shard in the middle of the vocabulary
         test_layernorm(s);
         test_matmul(s, false);
         test_matmul(s, true);
@@ -452,6 +522,8 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_fused(s);
         test_crossentropy(s, 2.0f);
         test_crossentropy(s, 40.0f);
+        test_crossentropy_parallel(s, 2.0f);
+        test_crossentropy_parallel(s, 40.0f);
         for (int ragged = 0; ragged < 2; ragged++) {
             test_adamw(s, false, ragged);
             if (mode == LOOM_BF16) test_adamw(s, true, ragged);

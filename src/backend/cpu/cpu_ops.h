@@ -13,6 +13,12 @@ static inline int32_t *cpu_i32(loom_tensor t) {
     return (int32_t *)t.data;
 }
 static inline int64_t cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+// The index of vocabulary entry v (a token or a target) in a vocabulary shard of n entries
+// from vocab_start (the vocabulary-parallel ops), or -1 when it lies outside the shard.
+static inline int64_t cpu_shard_index(int64_t v, int vocab_start, int64_t n) {
+    int64_t j = v - vocab_start;
+    return j >= 0 && j < n ? j : -1;
+}
 
 // Deterministic column reductions (reduce.c): a reduction over the rows of an (N, n) array is
 // done as partial sums over fixed chunks of CPU_ROW_CHUNK rows (one chunk per task, any
@@ -26,9 +32,9 @@ static inline int64_t cpu_row_chunks(int64_t rows) {
 void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t stride, int64_t n);
 
 void cpu_encoder_forward(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
-                         loom_tensor wpe);
+                         loom_tensor wpe, int vocab_start);
 void cpu_encoder_backward(loom_backend *be, loom_tensor dwte, loom_tensor dwpe, loom_tensor dout,
-                          loom_tensor tokens);
+                          loom_tensor tokens, int vocab_start);
 void cpu_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
                            loom_tensor inp, loom_tensor w, loom_tensor b);
 void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
@@ -54,6 +60,12 @@ void cpu_residual_layernorm_forward(loom_backend *be, loom_tensor res, loom_tens
                                     loom_tensor w, loom_tensor bias);
 void cpu_softmax_crossentropy(loom_backend *be, loom_tensor losses, loom_tensor logits,
                               loom_tensor targets, int V, float dloss, bool backward);
+void cpu_crossentropy_partial(loom_backend *be, loom_tensor partial, loom_tensor logits,
+                              loom_tensor targets, int vocab_start, int V);
+void cpu_crossentropy_combine(loom_backend *be, loom_tensor losses, loom_tensor lse,
+                              loom_tensor partials);
+void cpu_crossentropy_backward(loom_backend *be, loom_tensor logits, loom_tensor lse,
+                               loom_tensor targets, int vocab_start, int V, float dloss);
 void cpu_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
                       loom_tensor m, loom_tensor v, loom_adamw_args args);
 double cpu_sumsq(loom_backend *be, loom_tensor x);

@@ -8,6 +8,11 @@
 // logits (N,Vp) be->dtype, losses (N) fp32, targets (N) int32; a target outside [0,V) gives a
 // NaN loss (and NaN gradients) rather than a read out of bounds. Keeping m and log s apart
 // (rather than lse = m + log s) keeps exp's argument exact to fp32 rounding for large logits.
+// The vocabulary-parallel ops (Megatron-LM, Shoeybi et al. 2019) reuse the two passes over a
+// shard's valid columns: crossentropy_partial is pass 1 (writing the row's (m, s, target
+// logit)), crossentropy_combine merges the shards' triples one thread a row in shard order, and
+// crossentropy_backward is pass 2 given the combined lse (a single fp32 here, as the contract
+// has it). A target outside [0,V) gives NaN there too. No atomics: every result repeats.
 #include "backend/cuda/vec.cuh"
 
 #include <math.h>
@@ -33,13 +38,64 @@ __device__ __forceinline__ void lse_combine(float &m, float &s, float m2, float 
     m = mx;
 }
 
+// (m, s) = (max of src[0, V), sum of exp(src[j] - m)) over the block, every thread getting them
+// ((-INFINITY, 0) when V is 0): each thread keeps an online pair over its vectors, rescaled once
+// per vector, then the warps' and the block's pairs are combined. src[0, V) is read in
+// W-vectors (V rounded up to W must be readable). Ends past a block-wide barrier, so every
+// read of src comes before any write the caller makes after it.
+template <typename T, int W>
+__device__ __forceinline__ void block_max_sumexp(const T *src, int V, float &m, float &s) {
+    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
+    float x[W];
+    m = -INFINITY, s = 0.0f;
+    for (int j0 = threadIdx.x * W; j0 < V; j0 += CE_THREADS * W) {
+        vload<T, W>(x, src + j0);
+        int n = V - j0 < W ? V - j0 : W; // the vector's columns below V
+        float vm = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            if (k < n) vm = fmaxf(vm, x[k]);
+        if (vm > m) { // rescale once per vector, not per element
+            s *= ce_exp(m - vm);
+            m = vm;
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            if (k < n) s += ce_exp(x[k] - m);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        lse_combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) sm[warp] = m, ss[warp] = s;
+    __syncthreads();
+    m = -INFINITY, s = 0.0f;
+    for (int w = 0; w < CE_THREADS / 32; w++) lse_combine(m, s, sm[w], ss[w]);
+}
+
+// The gradient pass over one row, in place: z[j] = dloss * (exp((src[j] - m) - logs) - [j == tgt])
+// on [0,V) (NaN when !valid), 0 on [V,Vp); src is z or a copy of it. Each element is read and
+// written by one thread.
+template <typename T, int W>
+__device__ __forceinline__ void block_backward(T *z, const T *src, int64_t Vp, int V, int tgt,
+                                               bool valid, float dloss, float m, float logs) {
+    float x[W];
+    for (int j0 = threadIdx.x * W; j0 < Vp; j0 += CE_THREADS * W) {
+        if (j0 < V) vload<T, W>(x, src + j0); // past V only zeros are written
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            int j = j0 + k;
+            x[k] = j >= V ? 0.0f : valid ? dloss * (ce_exp((x[k] - m) - logs) - (j == tgt ? 1.0f : 0.0f)) : NAN;
+        }
+        vstore<T, W>(z + j0, x);
+    }
+}
+
 // CACHED (16-byte vectors only): the block first copies the row's vectors below V to shared
 // memory (dynamic, whole vectors), CE_COPY loads in flight a thread, and both passes read them
 // there; otherwise both passes read the row from logits.
 template <typename T, int W, bool CACHED>
 __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *targets, int64_t Vp,
                                     int V, float dloss, bool backward) {
-    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
     extern __shared__ uint4 ce_row[];
     int64_t row = blockIdx.x;
     T *z = logits + row * Vp;
@@ -61,41 +117,57 @@ __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *tar
     int tgt = targets[row];
     bool valid = tgt >= 0 && tgt < V;
     float zt = valid ? to_f32(src[tgt]) : NAN;
-    float m = -INFINITY, s = 0.0f, x[W];
-    for (int j0 = threadIdx.x * W; j0 < V; j0 += CE_THREADS * W) {
-        vload<T, W>(x, src + j0); // j0 + W <= Vp: Vp is a multiple of W
-        int n = V - j0 < W ? V - j0 : W; // the vector's columns below V
-        float vm = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < W; k++)
-            if (k < n) vm = fmaxf(vm, x[k]);
-        if (vm > m) { // rescale once per vector, not per element
-            s *= ce_exp(m - vm);
-            m = vm;
-        }
-#pragma unroll
-        for (int k = 0; k < W; k++)
-            if (k < n) s += ce_exp(x[k] - m);
-    }
-    for (int o = 16; o > 0; o >>= 1)
-        lse_combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) sm[warp] = m, ss[warp] = s;
-    __syncthreads(); // also orders every read of z above before the writes below
-    m = -INFINITY, s = 0.0f;
-    for (int w = 0; w < CE_THREADS / 32; w++) lse_combine(m, s, sm[w], ss[w]);
+    float m, s;
+    block_max_sumexp<T, W>(src, V, m, s); // its barrier orders every read of z before the writes below
     float logs = logf(s); // lse = m + logs, kept in two parts: x - m is exact near the max
     if (threadIdx.x == 0) losses[row] = valid ? (m - zt) + logs : NAN;
-    if (!backward) return;
-    for (int j0 = threadIdx.x * W; j0 < Vp; j0 += CE_THREADS * W) {
-        if (j0 < V) vload<T, W>(x, src + j0); // past V only zeros are written
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            int j = j0 + k;
-            x[k] = j >= V ? 0.0f : valid ? dloss * (ce_exp((x[k] - m) - logs) - (j == tgt ? 1.0f : 0.0f)) : NAN;
-        }
-        vstore<T, W>(z + j0, x);
+    if (backward) block_backward<T, W>(z, src, Vp, V, tgt, valid, dloss, m, logs);
+}
+
+// ---- vocabulary-parallel: one block per row of a shard of Vl columns from vocab_start, whose
+// first n (= clamp(V - vocab_start, 0, Vl)) columns are valid ----
+
+// partial[row] = (m, s, the target's logit or 0) over the valid columns
+template <typename T, int W>
+__global__ void crossentropy_partial_kernel(float *partial, const T *logits, const int32_t *targets,
+                                            int64_t Vl, int vocab_start, int V, int n) {
+    int64_t row = blockIdx.x;
+    const T *z = logits + row * Vl;
+    float m, s;
+    block_max_sumexp<T, W>(z, n, m, s);
+    if (threadIdx.x == 0) {
+        int tgt = targets[row], j = cuda_shard_index(tgt, vocab_start, Vl);
+        float *p = partial + row * 3;
+        p[0] = m, p[1] = s;
+        p[2] = tgt < 0 || tgt >= V ? NAN : j >= 0 ? to_f32(z[j]) : 0.0f;
     }
+}
+
+// one thread a row: the shards' partials (R,N,3) merged in shard order
+__global__ void crossentropy_combine_kernel(float *losses, float *lse, const float *partials,
+                                            int64_t N, int R) {
+    GRID_STRIDE(i, N) {
+        float M = -INFINITY, S = 0.0f, zt = 0.0f;
+        for (int r = 0; r < R; r++) M = fmaxf(M, partials[(r * N + i) * 3]);
+        for (int r = 0; r < R; r++) {
+            const float *q = partials + (r * N + i) * 3;
+            if (q[1] != 0.0f) S += q[1] * expf(q[0] - M);
+            zt += q[2];
+        }
+        float l = M + logf(S);
+        lse[i] = l;
+        losses[i] = l - zt;
+    }
+}
+
+// dlogits in place from the combined lse, one block per row
+template <typename T, int W>
+__global__ void crossentropy_backward_kernel(T *logits, const float *lse, const int32_t *targets,
+                                             int64_t Vl, int vocab_start, int V, int n, float dloss) {
+    int64_t row = blockIdx.x;
+    T *z = logits + row * Vl;
+    int tgt = targets[row];
+    block_backward<T, W>(z, z, Vl, n, tgt - vocab_start, tgt >= 0 && tgt < V, dloss, lse[row], 0.0f);
 }
 
 extern "C" void cuda_softmax_crossentropy(loom_backend *be, loom_tensor losses, loom_tensor logits,
@@ -116,6 +188,55 @@ extern "C" void cuda_softmax_crossentropy(loom_backend *be, loom_tensor losses, 
         }
         kernel<<<(unsigned)N, CE_THREADS, smem, cuda_of(be)->stream>>>(
             cuda_f32(losses), (T *)logits.data, cuda_i32(targets), Vp, V, dloss, backward);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+// Checks a shard's arguments and returns its valid columns, clamp(V - vocab_start, 0, Vl).
+static int shard_valid(loom_backend *be, loom_tensor logits, loom_tensor targets, int vocab_start, int V) {
+    cuda_act(be, logits);
+    cuda_i32(targets);
+    int64_t N = loom_rows(&logits), Vl = loom_cols(&logits);
+    LOOM_CHECK(V > 0 && vocab_start >= 0 && loom_numel(&targets) == N);
+    int64_t n = V > vocab_start ? (int64_t)V - vocab_start : 0;
+    return (int)(n < Vl ? n : Vl);
+}
+
+extern "C" void cuda_crossentropy_partial(loom_backend *be, loom_tensor partial, loom_tensor logits,
+                                          loom_tensor targets, int vocab_start, int V) {
+    bool bf = cuda_act(be, logits);
+    int64_t N = loom_rows(&logits), Vl = loom_cols(&logits);
+    int n = shard_valid(be, logits, targets, vocab_start, V);
+    LOOM_CHECK(loom_cols(&partial) == 3 && loom_rows(&partial) == N);
+    if (!N) return;
+    CUDA_DISPATCH(bf, cuda_vec_ok(bf, Vl, logits.data), {
+        crossentropy_partial_kernel<T, W><<<(unsigned)N, CE_THREADS, 0, cuda_of(be)->stream>>>(
+            cuda_f32(partial), (const T *)logits.data, cuda_i32(targets), Vl, vocab_start, V, n);
+        CUDA_LAUNCH_CHECK();
+    });
+}
+
+extern "C" void cuda_crossentropy_combine(loom_backend *be, loom_tensor losses, loom_tensor lse,
+                                          loom_tensor partials) {
+    int64_t N = loom_numel(&losses);
+    LOOM_CHECK(partials.ndim == 3 && partials.shape[1] == N && partials.shape[2] == 3 &&
+               loom_numel(&lse) == N);
+    if (!N) return;
+    crossentropy_combine_kernel<<<cuda_blocks(N, 256), 256, 0, cuda_of(be)->stream>>>(
+        cuda_f32(losses), cuda_f32(lse), cuda_f32(partials), N, (int)partials.shape[0]);
+    CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void cuda_crossentropy_backward(loom_backend *be, loom_tensor logits, loom_tensor lse,
+                                           loom_tensor targets, int vocab_start, int V, float dloss) {
+    bool bf = cuda_act(be, logits);
+    int64_t N = loom_rows(&logits), Vl = loom_cols(&logits);
+    int n = shard_valid(be, logits, targets, vocab_start, V);
+    LOOM_CHECK(loom_numel(&lse) == N);
+    if (!N) return;
+    CUDA_DISPATCH(bf, cuda_vec_ok(bf, Vl, logits.data), {
+        crossentropy_backward_kernel<T, W><<<(unsigned)N, CE_THREADS, 0, cuda_of(be)->stream>>>(
+            (T *)logits.data, cuda_f32(lse), cuda_i32(targets), Vl, vocab_start, V, n, dloss);
         CUDA_LAUNCH_CHECK();
     });
 }

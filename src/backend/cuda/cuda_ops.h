@@ -104,6 +104,12 @@ __device__ __forceinline__ float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
+// The index of vocabulary entry v (a token or a target, >= 0) in a vocabulary shard of n
+// entries from vocab_start (>= 0; the vocabulary-parallel ops), or -1 outside the shard.
+__host__ __device__ __forceinline__ int cuda_shard_index(int v, int vocab_start, int64_t n) {
+    int j = v - vocab_start;
+    return (uint64_t)(int64_t)j < (uint64_t)n ? j : -1; // j < 0 wraps past n: one compare
+}
 #define GRID_STRIDE(i, n)                                                                  \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);            \
          i += (int64_t)gridDim.x * blockDim.x)
@@ -124,9 +130,9 @@ void cuda_matmul_free_cache(loom_cuda *cu);
 // ---- the ops (one file each) ----
 extern "C" {
 void cuda_encoder_forward(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
-                          loom_tensor wpe);
+                          loom_tensor wpe, int vocab_start);
 void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_tensor dwpe, loom_tensor dout,
-                           loom_tensor tokens);
+                           loom_tensor tokens, int vocab_start);
 void cuda_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
                             loom_tensor inp, loom_tensor w, loom_tensor b);
 void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
@@ -152,6 +158,12 @@ void cuda_residual_layernorm_forward(loom_backend *be, loom_tensor res, loom_ten
                                      loom_tensor w, loom_tensor bias);
 void cuda_softmax_crossentropy(loom_backend *be, loom_tensor losses, loom_tensor logits,
                                loom_tensor targets, int V, float dloss, bool backward);
+void cuda_crossentropy_partial(loom_backend *be, loom_tensor partial, loom_tensor logits,
+                               loom_tensor targets, int vocab_start, int V);
+void cuda_crossentropy_combine(loom_backend *be, loom_tensor losses, loom_tensor lse,
+                               loom_tensor partials);
+void cuda_crossentropy_backward(loom_backend *be, loom_tensor logits, loom_tensor lse,
+                                loom_tensor targets, int vocab_start, int V, float dloss);
 void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
                        loom_tensor m, loom_tensor v, loom_adamw_args args);
 double cuda_sumsq(loom_backend *be, loom_tensor x);
