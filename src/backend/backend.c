@@ -1,5 +1,6 @@
 #include "backend/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,4 +31,26 @@ int loom_backend_device_count(const char *device) {
     if (strncmp(device, "cuda", 4) == 0) return loom_backend_cuda_device_count();
 #endif
     return 0;
+}
+
+static loom_status open_one(loom_backend **out, const char *device, const char *precision, int local_rank) {
+    bool gpu = strncmp(device, "cuda", 4) == 0;
+    loom_dtype dt;
+    if (strcmp(precision, "fp32") == 0) dt = LOOM_F32;
+    else if (strcmp(precision, "bf16") == 0) dt = LOOM_BF16;
+    else if (strcmp(precision, "auto") == 0) dt = gpu ? LOOM_BF16 : LOOM_F32;
+    else return loom_fail(LOOM_EINVAL, "precisions are: auto, fp32, bf16", "unknown precision '%s'", precision);
+    char name[32];
+    int gpus = loom_backend_device_count(device);
+    if (strcmp(device, "cuda") == 0 && gpus > 0) snprintf(name, sizeof name, "cuda:%d", local_rank % gpus);
+    else snprintf(name, sizeof name, "%s", device);
+    return loom_backend_create(out, name, dt);
+}
+
+loom_status loom_backend_open(loom_backend **out, const char *device, const char *precision, int local_rank) {
+    if (strcmp(device, "auto") != 0) return open_one(out, device, precision, local_rank);
+    loom_status s = open_one(out, "cuda", precision, local_rank);
+    if (s != LOOM_EUNSUPPORTED) return s;
+    loom_error_clear(); // no usable GPU here: the CPU
+    return open_one(out, "cpu", precision, local_rank);
 }

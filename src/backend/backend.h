@@ -190,6 +190,14 @@ struct loom_backend {
 // machine lacks or a dtype the device does not implement (the CPU computes in fp32 only).
 loom_status loom_backend_create(loom_backend **out, const char *device, loom_dtype dtype);
 void loom_backend_destroy(loom_backend *be);
+// The backend a run asks for by name:
+//   device "auto" (a GPU when there is one, else the CPU), "cpu", "cuda" or "cuda:N" — "cuda"
+//   takes GPU local_rank mod (GPUs of the host), local_rank being the rank's index among the
+//   ranks of its host (more ranks than GPUs share them: collectives must then be staged, as
+//   NCCL refuses two ranks on one GPU);
+//   precision "auto" (bf16 on a GPU, fp32 on the CPU), "fp32" or "bf16".
+// Errors: LOOM_EINVAL for an unknown precision, those of loom_backend_create.
+loom_status loom_backend_open(loom_backend **out, const char *device, const char *precision, int local_rank);
 // GPUs of the kind `device` names ("cuda") that this process can see: 0 on the CPU, in builds
 // without CUDA, or without a driver.
 int loom_backend_device_count(const char *device);

@@ -39,21 +39,43 @@ loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, in
 }
 
 static const char *NUMBERS[] = {"step", "world_size", "zero", "state_files", "bucket_elements", "micro_batch",
-                                "seq_len", "grad_accum", "data_position", "train_loss"};
+                                "seq_len", "grad_accum", "data_position", "train_loss", "tp", "pp", "cp", "sp"};
 enum { NNUMBERS = sizeof NUMBERS / sizeof NUMBERS[0] };
 
 static void state_numbers(const loom_train_state *st, double v[NNUMBERS]) {
     const double vals[NNUMBERS] = {(double)st->step, st->world_size, st->zero, st->state_files,
                                    (double)st->bucket_elements, st->micro_batch, st->seq_len,
-                                   st->grad_accum, (double)st->data_position, st->train_loss};
+                                   st->grad_accum, (double)st->data_position, st->train_loss,
+                                   st->tp, st->pp, st->cp, st->sp};
     memcpy(v, vals, sizeof vals);
 }
 
-loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg) {
+static const char *SHARD_KINDS[] = {"replicated", "column", "row", "vocab"};
+
+// The table's tensors: name, layer, whole shape, this rank's shard shape and how it splits.
+static cJSON *table_json(const loom_param_table *t) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < t->count; i++) {
+        const loom_param *p = &t->params[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", p->name);
+        cJSON_AddNumberToObject(e, "layer", p->layer);
+        cJSON_AddItemToObject(e, "shape", cJSON_CreateDoubleArray((const double[]){(double)p->shape[0], (double)(p->ndim > 1 ? p->shape[1] : 1)}, p->ndim));
+        cJSON_AddItemToObject(e, "shard_shape", cJSON_CreateDoubleArray((const double[]){(double)p->local_shape[0], (double)p->local_shape[1]}, p->ndim));
+        cJSON_AddStringToObject(e, "shard", SHARD_KINDS[p->shard.kind]);
+        cJSON_AddNumberToObject(e, "chunks", p->shard.chunks);
+        cJSON_AddNumberToObject(e, "file_offset", (double)p->file_offset);
+        cJSON_AddItemToArray(list, e);
+    }
+    return list;
+}
+
+loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
+                                const loom_param_table *table) {
     cJSON *j = cJSON_CreateObject(), *c = cJSON_CreateObject(), *states = cJSON_CreateArray();
     char name[64], path[4200];
     cJSON_AddStringToObject(j, "format", "loom-checkpoint");
-    cJSON_AddNumberToObject(j, "version", 2);
+    cJSON_AddNumberToObject(j, "version", 3);
     double vals[NNUMBERS];
     state_numbers(st, vals);
     for (int i = 0; i < NNUMBERS; i++) cJSON_AddNumberToObject(j, NUMBERS[i], vals[i]);
@@ -71,6 +93,7 @@ loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, con
                         cfg->num_heads, cfg->channels};
     for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(c, dims[i], dimv[i]);
     cJSON_AddItemToObject(j, "config", c);
+    cJSON_AddItemToObject(j, "params", table_json(table));
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     meta_path(path, sizeof path, dir, st->step);
@@ -123,7 +146,8 @@ loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state 
         *st = (loom_train_state){.step = (int64_t)v[0], .world_size = (int)v[1], .zero = (int)v[2],
                                  .state_files = (int)v[3], .bucket_elements = (int64_t)v[4],
                                  .micro_batch = (int)v[5], .seq_len = (int)v[6], .grad_accum = (int)v[7],
-                                 .data_position = (int64_t)v[8], .train_loss = v[9],
+                                 .data_position = (int64_t)v[8], .train_loss = v[9], .tp = (int)v[10],
+                                 .pp = (int)v[11], .cp = (int)v[12], .sp = (int)v[13],
                                  .seed = strtoull(seed->valuestring, NULL, 10)};
     cJSON_Delete(j);
     return s;

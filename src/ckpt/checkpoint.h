@@ -1,20 +1,25 @@
 // Training checkpoints: everything `loom train --resume` needs to continue a run so that its
-// losses and final weights are bit-identical to an uninterrupted run (same world size). For
-// step S, in the checkpoint folder:
-//   model_S.bin          parameters, an llm.c model file (version 3, fp32), written by rank 0 —
-//                        also usable alone with `loom eval` / `loom sample` / `train --init`
-//   state_S_R.bin        optimizer state of rank R (only rank 0 when every rank holds the whole
-//                        state, i.e. ZeRO 0): header of 32 int64 (magic 20241122, version 2,
-//                        rank, world size, step, elements, data position, seed, ZeRO stage), then
-//                        the AdamW first and second moments (fp32 each) and, in mixed
-//                        precision (header[9] = 1), the fp32 master weights
-//   ckpt_S.json          metadata (step, world size, ZeRO stage, bucket size, files, model
-//                        config, batch layout, seed, data position), written LAST by rank 0
-//                        after every rank has saved: its presence marks the checkpoint complete
+// losses and final weights are bit-identical to an uninterrupted run (same mesh). For step S,
+// in the checkpoint folder:
+//   model_S.bin          the whole model, an llm.c model file (version 3, fp32), written by rank 0
+//                        (under tensor parallelism after gathering the shards) — also usable
+//                        alone with `loom eval` / `loom sample` / `train --init`
+//   state_S_R.bin        optimizer state of rank R over its shard of the parameters (its tensor-
+//                        parallel shard, and under ZeRO 1/2 its data-parallel piece of that;
+//                        with ZeRO 0 only the ranks of data-parallel replica 0 save): header of 32
+//                        int64 (magic 20241122, version 2, rank, world size, step, elements, data
+//                        position, seed, ZeRO stage), then the AdamW first and second moments
+//                        (fp32 each) and, in mixed precision (header[9] = 1), the fp32 master
+//                        weights
+//   ckpt_S.json          metadata (step, mesh, ZeRO stage, bucket size, files, model config,
+//                        the parameter table's tensors with their shard specs, batch layout,
+//                        seed, data position), written LAST by rank 0 after every rank has
+//                        saved: its presence marks the checkpoint complete
 // (S as 8 digits, R as 5). Every file is written atomically (core/fileio.h), so a kill during a
 // save leaves the previous checkpoint loadable; resume takes the newest step with metadata.
 #pragma once
 #include "model/gpt2_config.h"
+#include "model/param_table.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,7 +31,8 @@ typedef struct {
     int64_t data_position; // micro-batches of the training stream consumed (all ranks)
     uint64_t seed;         // run seed (initialisation, shuffle, sampling)
     int micro_batch, seq_len, grad_accum; // B, T, micro-batches per rank and step
-    int world_size, zero, state_files;    // data-parallel layout: ranks, ZeRO stage, state files
+    int world_size, zero, state_files;    // ranks, ZeRO stage, state files (ranks 0..state_files-1)
+    int tp, pp, cp, sp;                   // the mesh (dp = world_size / (tp pp cp)); sp: sequence parallelism
     int64_t bucket_elements;              // gradient bucket length (ZeRO shards follow it)
     double train_loss;                    // loss of the last step
 } loom_train_state;
@@ -38,8 +44,10 @@ loom_status loom_ckpt_save_model(const char *dir, const loom_train_state *st, co
 // Errors: LOOM_EIO naming the file.
 loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, int rank, const float *m,
                                  const float *v, const float *master, int64_t n);
-// Rank 0, after every rank saved: the metadata that completes the checkpoint. Errors: LOOM_EIO.
-loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg);
+// Rank 0, after every rank saved: the metadata that completes the checkpoint, with the
+// tensors of rank 0's parameter table. Errors: LOOM_EIO.
+loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
+                                const loom_param_table *table);
 
 // Newest complete checkpoint in `dir`; *step = -1 when there is none. Errors: LOOM_EIO when
 // `dir` cannot be read.

@@ -2,7 +2,6 @@
 
 #include "core/bf16.h"
 #include "core/fileio.h"
-#include "model/gpt2_params.h"
 
 #include <errno.h>
 #include <string.h>
@@ -48,8 +47,7 @@ loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **para
             s = loom_fail(LOOM_EFORMAT, hint, "model file %s: invalid header: %s", path,
                           loom_error_message());
         } else {
-            loom_param_spec specs[LOOM_GPT2_NUM_TENSORS];
-            int64_t count = loom_gpt2_param_table(cfg, specs);
+            int64_t count = loom_gpt2_file_elements(cfg);
             int64_t es = h[1] == LOOM_LLMC_FP32 ? 4 : 2, want = 1024 + count * es;
             if ((int64_t)st.st_size != want) {
                 s = loom_fail(LOOM_EFORMAT, "the file is truncated or its header is wrong",

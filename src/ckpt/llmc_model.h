@@ -1,6 +1,6 @@
 // llm.c's GPT-2 model files (karpathy/llm.c, train_gpt2.py write_model): a header of 256 int32
 // — magic 20240326, version (3: fp32 parameters, 5: bf16), maxT, V, L, NH, C, Vp — followed
-// by every parameter tensor in the order of model/gpt2_params.h, wte padded to Vp rows.
+// by every parameter tensor in llm.c's order (model/gpt2_params.h lists it), wte padded to Vp rows.
 // loom reads versions 3 and 5 and writes version 3.
 #pragma once
 #include "model/gpt2_config.h"

@@ -1,14 +1,16 @@
-// `loom bench`: timed training steps on random tokens for a named config. Prints tokens/s,
-// achieved FLOP rate (6N + 6LTC FLOPs per token) against the backend's own measured matmul
-// rate, the step split into forward / backward / optimizer, and peak memory (the backend's
-// allocations: device memory on a GPU).
+// `loom bench`: timed training steps (the library step of src/train, as `loom train` runs it)
+// on random tokens for a named config, in one process or under mpirun on a mesh (--tp, data
+// parallelism over the rest). Prints tokens/s, achieved FLOP rate (6N + 6LTC FLOPs per token)
+// per rank against the backend's own measured matmul rate, the step split into forward /
+// backward / optimizer, and rank 0's peak memory (the backend's allocations: device memory on
+// a GPU).
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/flags.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "optim/adamw.h"
+#include "train/trainer.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -50,103 +52,114 @@ static double matmul_rate(loom_backend *be, int64_t n) {
     return 2.0 * (double)(n * n * n) / median(t, 5);
 }
 
+// The same random tokens for every micro-batch: ctx is the config.
+static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
+    const loom_train_config *c = ctx;
+    size_t n = (size_t)c->batch * (size_t)c->seq;
+    for (size_t i = 0; i < n; i++) {
+        inputs[i] = (int32_t)loom_rng_below(7, 1, i, (uint64_t)c->model.vocab_size);
+        targets[i] = (int32_t)loom_rng_below(7, 2, i, (uint64_t)c->model.vocab_size);
+    }
+}
+
+// Median seconds of the forward, the step's micro-batches (forward + backward) and its update.
+static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, double *fb, double *opt) {
+    loom_train_config *c = &t->cfg;
+    double *tf = loom_xmalloc((size_t)steps * sizeof(double)), *tfb = loom_xmalloc((size_t)steps * sizeof(double));
+    double *to = loom_xmalloc((size_t)steps * sizeof(double));
+    t->timed = true;
+    random_batch(c, 0, t->inputs, t->targets);
+    for (int i = -warmup; i < steps; i++) {
+        double t0 = loom_now();
+        loom_gpt2_loss(t->model, t->inputs, t->targets, c->batch, c->seq);
+        t->be->synchronize(t->be);
+        double t1 = loom_now();
+        loom_step_result r;
+        LOOM_CHECK(loom_train_step(t, random_batch, c, &r) == LOOM_OK);
+        if (i >= 0) tf[i] = t1 - t0, tfb[i] = t->time_fwd_bwd, to[i] = t->time_opt;
+    }
+    *fwd = median(tf, steps), *fb = median(tfb, steps), *opt = median(to, steps);
+    free(tf);
+    free(tfb);
+    free(to);
+}
+
 int loom_cmd_bench(int argc, char **argv) {
-    const char *model = "gpt2", *device = "auto", *precision = "auto", *recompute = "none";
-    int B = 4, T = 0, steps = 3, warmup = 1, threads = 0;
+    loom_comm *world;
+    if (loom_comm_world(&argc, &argv, &world) != LOOM_OK) {
+        loom_print_error();
+        return 1;
+    }
+    int rank = loom_comm_rank(world), W = loom_comm_size(world);
+    loom_log_set_rank(rank, W);
+    const char *model = "gpt2", *recompute = "none";
+    int steps = 3, warmup = 1;
     float peak_tflops = 0;
+    loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .bucket_mb = 25, .seed = 1337,
+                           .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                                     .grad_clip = 1.0f},
+                           .lr = {LOOM_LR_CONSTANT, 6e-4f, 6e-4f, 0, 1},
+                           .device = "auto", .precision = "auto", .device_comm = "nccl"};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model, "named config"},
-        {"batch", FLAG_INT, &B, "micro-batch size B"},
-        {"seq", FLAG_INT, &T, "sequence length T (0: the model's maximum)"},
+        {"batch", FLAG_INT, &c.batch, "micro-batch size B"},
+        {"seq", FLAG_INT, &c.seq, "sequence length T (0: the model's maximum)"},
         {"steps", FLAG_INT, &steps, "timed steps"},
         {"warmup", FLAG_INT, &warmup, "untimed steps first"},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: 989 dense bf16 on a GPU, none on the cpu)"},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
-        {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
-        {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
-        {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)"},
+        {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)"},
+        {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
+        {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2 over the data-parallel ranks"},
+        {"device", FLAG_STR, &c.device, CLI_DEVICE_HELP},
+        {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
+        {"device-comm", FLAG_STR, &c.device_comm, "collectives on GPU buffers: nccl or mpi (staged)"},
+        {"threads", FLAG_INT, &c.threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
     };
     const loom_cli cli = {"bench", "Time training steps of a named config on random tokens.",
-                          "loom bench [--model NAME --batch B --seq T --steps N]", flags,
+                          "[mpirun -np N] loom bench [--model NAME --batch B --seq T --steps N --tp P]", flags,
                           (int)(sizeof flags / sizeof flags[0]), 0};
-    bool help;
+    bool help, report = rank == 0;
     char **pos;
     int npos;
-    loom_backend *be = NULL;
-    loom_gpt2 *m = NULL;
-    loom_adamw *opt = NULL;
-    loom_gpt2_config cfg;
+    loom_trainer *t = NULL;
     loom_status s = loom_flags_parse(&cli, argc, argv, &help, &pos, &npos);
-    if (s == LOOM_OK && help) return 0;
-    if (s == LOOM_OK && (steps < 1 || warmup < 0))
-        s = loom_fail(LOOM_EINVAL, "use --steps >= 1 and --warmup >= 0", "bad --steps %d / --warmup %d", steps, warmup);
-    if (s == LOOM_OK) s = cli_model_config(model, 0, 0, 0, 0, &cfg);
-    if (s == LOOM_OK) s = cli_open_backend(device, precision, threads, 0, &be);
-    if (s == LOOM_OK && peak_tflops == 0 && strcmp(be->name, "cuda") == 0) peak_tflops = 989; // H100/H200 dense bf16
-    if (s == LOOM_OK) s = loom_gpt2_create(&m, be, &cfg);
-    if (s == LOOM_OK) {
-        T = T ? T : cfg.max_seq_len;
-        loom_gpt2_init(m, 1337);
-        s = loom_recompute_parse(recompute, &m->recompute);
-        if (s == LOOM_OK) s = loom_gpt2_alloc(m, B, T, true);
+    if (s == LOOM_OK && !help && (steps < 1 || warmup < 0 || c.tp < 1 || W % c.tp != 0))
+        s = loom_fail(LOOM_EINVAL, "use --steps >= 1, --warmup >= 0 and a --tp that divides the ranks",
+                      "bad --steps %d / --warmup %d / --tp %d on %d ranks", steps, warmup, c.tp, W);
+    if (s == LOOM_OK && !help) s = cli_model_config(model, 0, 0, 0, 0, &c.model);
+    if (s == LOOM_OK && !help) s = loom_recompute_parse(recompute, &c.recompute);
+    if (s == LOOM_OK && !help) {
+        c.seq = c.seq ? c.seq : c.model.max_seq_len;
+        c.global_batch = c.batch * (W / c.tp);
+        s = loom_trainer_create(&t, world, &c, &report);
     }
-    if (s == LOOM_OK) {
-        loom_param_range all = {0, 0, m->num_elements, true};
-        s = loom_adamw_create(&opt, be, m->num_elements, &all, 1);
+    if (s != LOOM_OK || help) {
+        if (s != LOOM_OK && report) loom_print_error();
+        loom_comm_finalize(world);
+        return s == LOOM_OK ? 0 : 1;
     }
-    if (s != LOOM_OK) {
-        loom_print_error();
-        loom_gpt2_free(m);
-        loom_backend_destroy(be);
-        return 1;
-    }
-    size_t n = (size_t)B * T;
-    int32_t *x = loom_xmalloc(n * sizeof(int32_t)), *y = loom_xmalloc(n * sizeof(int32_t));
-    for (size_t i = 0; i < n; i++) {
-        x[i] = (int32_t)loom_rng_below(7, 1, i, (uint64_t)cfg.vocab_size);
-        y[i] = (int32_t)loom_rng_below(7, 2, i, (uint64_t)cfg.vocab_size);
-    }
-    loom_adamw_config ac = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                            .grad_clip = 1.0f};
-    double *t_fwd = loom_xmalloc((size_t)steps * sizeof(double)), *t_fb = loom_xmalloc((size_t)steps * sizeof(double));
-    double *t_opt = loom_xmalloc((size_t)steps * sizeof(double));
-    for (int i = -warmup; i < steps; i++) {
-        double t0 = loom_now();
-        loom_gpt2_loss(m, x, y, B, T);
-        be->synchronize(be);
-        double t1 = loom_now();
-        loom_gpt2_zero_grads(m);
-        loom_gpt2_forward_backward(m, x, y, B, T, 1.0f);
-        be->synchronize(be);
-        double t2 = loom_now();
-        double norm = loom_grad_norm(be, m->grads, m->num_elements);
-        loom_adamw_step(opt, m->params, m->grads, ac.lr, &ac, loom_clip_scale(norm, ac.grad_clip));
-        be->synchronize(be);
-        double t3 = loom_now();
-        if (i >= 0) t_fwd[i] = t1 - t0, t_fb[i] = t2 - t1, t_opt[i] = t3 - t2;
-    }
-    double fwd = median(t_fwd, steps), fb = median(t_fb, steps), op = median(t_opt, steps);
-    double step = fb + op, flops = loom_gpt2_flops_per_token(&cfg, T) * (double)n;
+    loom_backend *be = t->be;
+    if (peak_tflops == 0 && be->stream) peak_tflops = 989; // H100/H200 dense bf16
+    double fwd, fb, op;
+    time_steps(t, warmup, steps, &fwd, &fb, &op);
+    size_t n = (size_t)c.global_batch * (size_t)c.seq; // tokens of a step, all ranks
+    double step = fb + op, flops = loom_gpt2_flops_per_token(&c.model, c.seq) * (double)n / W; // per rank
     char params[32], peak[32];
-    cli_human_count(params, sizeof params, (double)loom_gpt2_num_params(&cfg));
+    cli_human_count(params, sizeof params, (double)loom_gpt2_num_params(&c.model));
     cli_human_bytes(peak, sizeof peak, (double)be->peak_bytes); // the training's, not matmul_rate's
     double mm = matmul_rate(be, 2048);
-    printf("bench %s (%s params) B=%d T=%d on %s, %d threads, median of %d steps\n", model, params, B,
-           T, be->name, omp_get_max_threads(), steps);
-    printf("| step ms | fwd ms | bwd ms | opt ms | tokens/s | GFLOP/s | matmul GFLOP/s | ratio |%s peak mem |\n",
-           peak_tflops > 0 ? " MFU |" : "");
-    printf("| %7.1f | %6.1f | %6.1f | %6.1f | %8.0f | %7.1f | %14.1f | %4.0f%% |", step * 1e3, fwd * 1e3,
-           (fb - fwd) * 1e3, op * 1e3, (double)n / step, flops / step / 1e9, mm / 1e9,
-           100.0 * flops / step / mm);
-    if (peak_tflops > 0) printf(" %4.1f%% |", 100.0 * flops / step / (peak_tflops * 1e12));
-    printf(" %s |\n", peak);
-    free(x);
-    free(y);
-    free(t_fwd);
-    free(t_fb);
-    free(t_opt);
-    loom_adamw_free(opt);
-    loom_gpt2_free(m);
-    loom_backend_destroy(be);
+    char mesh[96];
+    loom_mesh_describe(t->mesh, mesh, sizeof mesh);
+    loom_info("bench %s (%s params) B=%d T=%d on %s, %d threads, %s, median of %d steps\n", model, params, c.batch,
+              c.seq, be->name, omp_get_max_threads(), mesh, steps);
+    loom_info("| step ms | fwd ms | bwd ms | opt ms | tokens/s | GFLOP/s | matmul GFLOP/s | ratio |%s peak mem |\n",
+              peak_tflops > 0 ? " MFU |" : "");
+    loom_info("| %7.1f | %6.1f | %6.1f | %6.1f | %8.0f | %7.1f | %14.1f | %4.0f%% |", step * 1e3, fwd * 1e3,
+              (fb - fwd) * 1e3, op * 1e3, (double)n / step, flops / step / 1e9, mm / 1e9, 100.0 * flops / step / mm);
+    if (peak_tflops > 0) loom_info(" %4.1f%% |", 100.0 * flops / step / (peak_tflops * 1e12));
+    loom_info(" %s |\n", peak);
+    loom_trainer_free(t);
+    loom_comm_finalize(world);
     return 0;
 }

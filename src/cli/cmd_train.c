@@ -1,149 +1,234 @@
-// `loom train`: the loop — validate / sample / step / log / checkpoint — on every rank of the
-// data-parallel world (set-up in train_setup.c). Launch with `mpirun -np N loom train ...` for
-// N ranks; each rank reads its own slice of every global batch.
+// `loom train`: parses the flags, builds the trainer (src/train) on every rank of the mesh,
+// prints the configuration, then loops — validate / sample / step / log / checkpoint. Launch
+// with `mpirun -np N loom train ...` for N ranks: --tp of them split each layer, the rest are
+// data-parallel replicas that read their own slice of every global batch.
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/train.h"
+#include "cli/train_options.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
 #include "model/generate.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
+#include <omp.h>
+#include <string.h>
+#include <sys/stat.h>
 
-static void log_metrics(trainer *t, const char *const *keys, const double *vals, int n) {
-    if (!t->metrics) return;
+typedef struct {
+    train_options o;
+    loom_comm *world;
+    loom_trainer *t;
+    loom_loader *train, *val;
+    loom_tokenizer *tok; // rank 0, when sampling
+    FILE *metrics;       // rank 0
+} run;
+
+static void loader_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
+    loom_loader_get(ctx, index, inputs, targets);
+}
+
+static void log_metrics(run *r, const char *const *keys, const double *vals, int n) {
+    if (!r->metrics) return;
     cJSON *j = cJSON_CreateObject();
     for (int i = 0; i < n; i++) cJSON_AddNumberToObject(j, keys[i], vals[i]);
     char *line = cJSON_PrintUnformatted(j);
-    fprintf(t->metrics, "%s\n", line);
-    fflush(t->metrics);
+    fprintf(r->metrics, "%s\n", line);
+    fflush(r->metrics);
     free(line);
     cJSON_Delete(j);
 }
 
-// Mean loss over the first --val-batches micro-batches; rank r takes batches r, r+W, ...
-static loom_status val_loss(trainer *t, double *loss) {
-    double sum = 0;
-    for (int i = t->rank; i < t->o.val_batches; i += t->world_size) {
-        loom_loader_get(t->val, (uint64_t)i, t->inputs, t->targets);
-        sum += loom_gpt2_loss(t->model, t->inputs, t->targets, t->o.batch, t->st.seq_len);
+// Data, checkpoint folder, tokenizer and metrics: this rank's part of the set-up after the
+// trainer. Errors: whatever failed here (the caller agrees across ranks).
+static loom_status open_io(run *r) {
+    const train_options *o = &r->o;
+    int B = o->run.batch, T = r->t->st.seq_len, V = r->t->model->cfg.vocab_size, rank = loom_comm_rank(r->world);
+    if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
+        return loom_fail(LOOM_EIO, "check --ckpt-dir", "cannot create checkpoint folder %s: %s", o->ckpt_dir,
+                         strerror(errno));
+    LOOM_TRY(loom_loader_open(&r->train, o->train_data, B, T, V, o->shuffle, r->t->st.seed));
+    if (o->val_data) {
+        LOOM_TRY(loom_loader_open(&r->val, o->val_data, B, T, V, false, r->t->st.seed));
+        uint64_t have = loom_loader_num_batches(r->val);
+        if ((uint64_t)o->val_batches > have) {
+            loom_info("note: validation uses all %llu micro-batches of %s (--val-batches %d)\n",
+                      (unsigned long long)have, o->val_data, o->val_batches);
+            r->o.val_batches = (int)have;
+        }
     }
-    LOOM_TRY(loom_allreduce(t->world, &sum, 1, LOOM_F64, LOOM_SUM, NULL));
-    *loss = sum / t->o.val_batches;
+    if (o->sample_every && rank == 0) LOOM_TRY(loom_tokenizer_load(&r->tok, NULL));
+    if (o->metrics && rank == 0 && !(r->metrics = fopen(o->metrics, r->t->st.step > 0 ? "a" : "w")))
+        return loom_fail(LOOM_EIO, "check --metrics", "cannot open metrics file %s: %s", o->metrics, strerror(errno));
     return LOOM_OK;
 }
 
-static loom_status validate(trainer *t, int64_t step) {
-    if (!t->val) return LOOM_OK;
+static void print_config(const run *r) {
+    const train_options *o = &r->o;
+    const loom_trainer *t = r->t;
+    const loom_gpt2_config *c = &t->model->cfg;
+    int B = o->run.batch, T = t->st.seq_len, G = t->cfg.global_batch;
+    char n[32], tok[32], bucket[32], pmem[32], amem[32], omem[32], mesh[96];
+    size_t pbytes, abytes, obytes;
+    loom_trainer_memory(t, &pbytes, &abytes, &obytes);
+    cli_human_count(n, sizeof n, (double)loom_gpt2_num_params(c));
+    cli_human_count(tok, sizeof tok, (double)loom_loader_num_tokens(r->train));
+    cli_human_bytes(pmem, sizeof pmem, (double)pbytes);
+    cli_human_bytes(amem, sizeof amem, (double)abytes);
+    cli_human_bytes(omem, sizeof omem, (double)obytes);
+    cli_human_bytes(bucket, sizeof bucket, (double)loom_dp_bucket_elements(t->dp) * loom_dtype_size(t->be->dtype));
+    loom_mesh_describe(t->mesh, mesh, sizeof mesh);
+    cli_table_rule();
+    cli_table_row("model", "%s: L=%d NH=%d C=%d maxT=%d V=%d (padded %d)",
+                  o->run.init ? o->run.init : (t->st.step ? "resumed" : o->model), c->num_layers, c->num_heads,
+                  c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
+    cli_table_row("parameters", "%s", n);
+    cli_table_row("micro-batch", "B=%d x T=%d = %d tokens", B, T, B * T);
+    cli_table_row("global batch", "%d sequences = %d tokens (%d dp ranks x accumulation %d)", G, G * T, t->dp_size,
+                  t->grad_accum);
+    cli_table_row("mesh", "%s", mesh);
+    if (o->run.tp > 1)
+        cli_table_row("tensor parallel", "tp %d: %d heads per rank, vocabulary-parallel loss%s", o->run.tp, t->model->NH,
+                      o->run.sp ? ", sequence parallel" : "");
+    cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d buckets of %s", t->dp_size,
+                  loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp), bucket);
+    cli_table_row("steps", "%lld (from step %lld), %.3g tokens", (long long)o->steps, (long long)t->st.step,
+                  (double)o->steps * G * T);
+    cli_table_row("schedule", "%s, lr %.3g -> %.3g, warmup %d", o->schedule, (double)o->run.lr.max_lr,
+                  (double)o->run.lr.min_lr, o->warmup);
+    const loom_adamw_config *a = &o->run.adamw;
+    cli_table_row("optimizer", "AdamW b1 %g b2 %g eps %g wd %g, clip %g%s", (double)a->beta1, (double)a->beta2,
+                  (double)a->eps, (double)a->weight_decay, (double)a->grad_clip,
+                  a->stochastic_rounding ? ", stochastic rounding" : "");
+    cli_table_row("train data", "%s (%s tokens%s)", o->train_data, tok, o->shuffle ? ", shuffled" : "");
+    if (o->val_data)
+        cli_table_row("val data", "%s: %d batches, every %d steps", o->val_data, o->val_batches, o->val_every);
+    if (o->ckpt_dir && o->ckpt_every) cli_table_row("checkpoints", "%s every %d steps", o->ckpt_dir, o->ckpt_every);
+    else if (o->ckpt_dir) cli_table_row("checkpoints", "%s at the end", o->ckpt_dir);
+    cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
+    cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
+                  omp_get_max_threads());
+    cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW", pmem, amem,
+                  o->recompute, omem);
+    cli_table_rule();
+}
+
+static loom_status validate(run *r, int64_t step) {
+    if (!r->val) return LOOM_OK;
     double loss;
-    LOOM_TRY(val_loss(t, &loss));
+    LOOM_TRY(loom_train_eval(r->t, loader_batch, r->val, r->o.val_batches, &loss));
     loom_info("val loss %.4f (step %lld)\n", loss, (long long)step);
-    log_metrics(t, (const char *[]){"step", "val_loss"}, (double[]){(double)step, loss}, 2);
+    log_metrics(r, (const char *[]){"step", "val_loss"}, (double[]){(double)step, loss}, 2);
     return LOOM_OK;
 }
 
-static void sample(trainer *t, int64_t step) {
-    if (t->rank != 0) return;
-    int n = t->o.sample_tokens;
+// A token of a sample: printed by rank 0; every rank stops at the end of a document.
+static int sample_token(int32_t token, void *ctx) {
+    return ctx ? cli_print_token(token, ctx) : token == LOOM_EOT;
+}
+
+// The ranks of data-parallel replica 0 generate together (tensor parallelism); rank 0 prints.
+static loom_status sample(run *r, int64_t step) {
+    loom_trainer *t = r->t;
+    if (t->dp_rank != 0) return LOOM_OK;
+    int n = r->o.sample_tokens;
     int32_t *tokens = loom_xmalloc((size_t)(n + 1) * sizeof(int32_t));
     tokens[0] = LOOM_EOT;
     loom_sampling s = {.temperature = 1.0f, .top_k = 40, .seed = t->st.seed + (uint64_t)step};
     loom_info("sample (step %lld): ", (long long)step);
-    loom_generate(t->model, tokens, 1, n, &s, cli_print_token, t->tok);
+    loom_generate(t->model, tokens, 1, n, &s, sample_token, r->tok);
     loom_info("\n");
     free(tokens);
+    return t->tp ? loom_tp_error(t->tp) : LOOM_OK;
 }
 
-// One optimizer step over the global batch: this rank's A micro-batches (the gradient
-// reduction overlapping backward), the reduced gradients and their global norm, AdamW on this
-// rank's state, the parameters gathered back.
-static loom_status train_step(trainer *t, double *loss, double *norm, float *lr) {
-    const train_options *o = &t->o;
-    int A = o->grad_accum;
-    uint64_t per_step = (uint64_t)(o->global_batch / o->batch);
-    uint64_t first = (uint64_t)t->st.step * per_step + (uint64_t)t->rank * (uint64_t)A;
-    loom_gpt2_zero_grads(t->model);
-    double sum = 0;
-    for (int a = 0; a < A; a++) {
-        loom_loader_get(t->train, first + (uint64_t)a, t->inputs, t->targets);
-        loom_dp_begin_micro_batch(t->dp, t->model->grads, a, A);
-        sum += loom_gpt2_forward_backward(t->model, t->inputs, t->targets, o->batch, t->st.seq_len,
-                                          1.0f / (float)A);
-        LOOM_TRY(loom_dp_end_micro_batch(t->dp));
+static void print_peak(const run *r) {
+    loom_backend *be = r->t->be;
+    int W = loom_comm_size(r->world);
+    double mine = (double)be->peak_bytes, *all = loom_xmalloc((size_t)W * sizeof(double));
+    char text[32];
+    if (loom_allgather(r->world, &mine, all, 1, LOOM_F64, NULL) == LOOM_OK) {
+        cli_human_bytes(text, sizeof text, all[0]);
+        if (W == 1) loom_info("peak memory %s on rank 0's %s (allocations of the backend)\n", text, be->name);
+        int lo = 0, hi = 0;
+        for (int i = 1; i < W; i++) lo = all[i] < all[lo] ? i : lo, hi = all[i] > all[hi] ? i : hi;
+        if (W > 1 && all[lo] == all[hi]) {
+            loom_info("peak memory %s on each of %d ranks (allocations of the %s backend)\n", text, W, be->name);
+        } else if (W > 1) {
+            char low[32];
+            cli_human_bytes(text, sizeof text, all[hi]);
+            cli_human_bytes(low, sizeof low, all[lo]);
+            loom_info("peak memory per rank (allocations of the %s backend): %s (rank %d) to %s (rank %d)\n", be->name,
+                      low, lo, text, hi);
+        }
     }
-    *loss = sum / A;
-    LOOM_TRY(loom_allreduce(t->world, loss, 1, LOOM_F64, LOOM_AVG, NULL));
-    void *grads;
-    LOOM_TRY(loom_dp_reduced_grads(t->dp, &grads, norm));
-    *lr = loom_lr_at(&o->lr, t->st.step);
-    loom_adamw_step(t->opt, t->model->params, grads, *lr, &o->adamw, loom_clip_scale(*norm, o->adamw.grad_clip));
-    LOOM_TRY(loom_dp_gather_params(t->dp, t->model->params));
-    t->st.data_position = (t->st.step + 1) * (int64_t)per_step;
-    return LOOM_OK;
+    free(all);
 }
 
 // Failures inside the loop are the same on every rank (the loss is global, collectives fail
 // everywhere) except checkpoint saves, which agree on who reports.
-static loom_status train_loop(trainer *t, bool *report) {
-    const train_options *o = &t->o;
-    double tokens_per_step = (double)o->global_batch * t->st.seq_len, t_start = loom_now();
+static loom_status train_loop(run *r, bool *report) {
+    const train_options *o = &r->o;
+    loom_trainer *t = r->t;
+    double tokens_per_step = (double)t->cfg.global_batch * t->st.seq_len, t_start = loom_now();
     int64_t first = t->st.step;
-    *report = t->rank == 0;
+    *report = loom_comm_rank(r->world) == 0;
     while (t->st.step < o->steps) {
         int64_t step = t->st.step;
-        if (o->val_every && step % o->val_every == 0) LOOM_TRY(validate(t, step));
-        if (o->sample_every && step > 0 && step % o->sample_every == 0) sample(t, step);
-        double t0 = loom_now(), loss, norm;
-        float lr;
-        LOOM_TRY(train_step(t, &loss, &norm, &lr));
+        if (o->val_every && step % o->val_every == 0) LOOM_TRY(validate(r, step));
+        if (o->sample_every && step > 0 && step % o->sample_every == 0) LOOM_TRY(sample(r, step));
+        double t0 = loom_now();
+        loom_step_result s;
+        LOOM_TRY(loom_train_step(t, loader_batch, r->train, &s));
         double dt = loom_now() - t0;
         double eta_s = (loom_now() - t_start) / (double)(step + 1 - first) * (double)(o->steps - step - 1);
-        t->st.step++;
-        t->st.train_loss = loss;
-        if (!isfinite(loss))
-            return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup", "loss is %g at step %lld",
-                             loss, (long long)t->st.step);
+        if (!isfinite(s.loss))
+            return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup", "loss is %g at step %lld", s.loss,
+                             (long long)t->st.step);
         char eta[32];
         cli_human_duration(eta, sizeof eta, eta_s);
         loom_info("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n",
-                  (long long)t->st.step, (long long)o->steps, loss, (double)lr, norm, dt * 1e3,
+                  (long long)t->st.step, (long long)o->steps, s.loss, (double)s.lr, s.norm, dt * 1e3,
                   tokens_per_step / dt, eta);
-        log_metrics(t, (const char *[]){"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s"},
-                    (double[]){(double)t->st.step, loss, lr, norm, dt, tokens_per_step / dt}, 6);
+        log_metrics(r, (const char *[]){"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s"},
+                    (double[]){(double)t->st.step, s.loss, s.lr, s.norm, dt, tokens_per_step / dt}, 6);
         loom_fault_point("step");
         if (o->ckpt_dir && o->ckpt_every && t->st.step % o->ckpt_every == 0 && t->st.step < o->steps)
-            LOOM_TRY(train_checkpoint(t, report));
+            LOOM_TRY(loom_trainer_save(t, o->ckpt_dir, report));
     }
-    LOOM_TRY(validate(t, t->st.step));
-    if (o->sample_every) sample(t, t->st.step);
-    char peak[32];
-    cli_human_bytes(peak, sizeof peak, (double)t->be->peak_bytes);
-    loom_info("peak memory %s on rank 0's %s (allocations of the backend)\n", peak, t->be->name);
-    return o->ckpt_dir ? train_checkpoint(t, report) : LOOM_OK;
+    LOOM_TRY(validate(r, t->st.step));
+    if (o->sample_every) LOOM_TRY(sample(r, t->st.step));
+    print_peak(r);
+    return o->ckpt_dir ? loom_trainer_save(t, o->ckpt_dir, report) : LOOM_OK;
 }
 
 int loom_cmd_train(int argc, char **argv) {
-    trainer t = {0};
-    loom_status s = loom_comm_world(&argc, &argv, &t.world);
+    run r = {0};
+    loom_status s = loom_comm_world(&argc, &argv, &r.world);
     if (s != LOOM_OK) {
         loom_print_error();
         return 1;
     }
-    t.rank = loom_comm_rank(t.world);
-    t.world_size = loom_comm_size(t.world);
-    loom_log_set_rank(t.rank, t.world_size);
-    bool help = false, report = true;
-    s = train_options_parse(&t.o, argc, argv, t.world_size, &help);
-    if (s == LOOM_OK && !help) s = train_setup(&t);
-    s = loom_comm_agree(t.world, s, &report); // one line from the lowest failing rank
+    int rank = loom_comm_rank(r.world), W = loom_comm_size(r.world);
+    loom_log_set_rank(rank, W);
+    bool help = false, report = rank == 0;
+    s = train_options_parse(&r.o, argc, argv, W, &help);
+    if (s == LOOM_OK && !help) s = loom_trainer_create(&r.t, r.world, &r.o.run, &report);
+    if (s == LOOM_OK && !help) s = loom_comm_agree(r.world, open_io(&r), &report);
     if (s == LOOM_OK && !help) {
-        train_print_config(&t);
-        s = train_loop(&t, &report);
+        print_config(&r);
+        s = train_loop(&r, &report);
     }
     if (s != LOOM_OK && report) loom_print_error();
-    train_teardown(&t);
-    loom_comm_finalize(t.world);
+    if (r.metrics) fclose(r.metrics);
+    loom_tokenizer_free(r.tok);
+    loom_loader_close(r.train);
+    loom_loader_close(r.val);
+    loom_trainer_free(r.t);
+    loom_comm_finalize(r.world);
     return s == LOOM_OK ? 0 : 1;
 }

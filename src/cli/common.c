@@ -9,28 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static loom_status open_one(const char *device, const char *precision, int local_rank, loom_backend **be) {
-    bool gpu = strncmp(device, "cuda", 4) == 0;
-    loom_dtype dt;
-    if (strcmp(precision, "fp32") == 0) dt = LOOM_F32;
-    else if (strcmp(precision, "bf16") == 0) dt = LOOM_BF16;
-    else if (strcmp(precision, "auto") == 0) dt = gpu ? LOOM_BF16 : LOOM_F32;
-    else return loom_fail(LOOM_EINVAL, "precisions are: auto, fp32, bf16", "unknown precision '%s'", precision);
-    char name[32];
-    int gpus = loom_backend_device_count(device);
-    if (strcmp(device, "cuda") == 0 && gpus > 0) snprintf(name, sizeof name, "cuda:%d", local_rank % gpus);
-    else snprintf(name, sizeof name, "%s", device);
-    return loom_backend_create(be, name, dt);
-}
-
 loom_status cli_open_backend(const char *device, const char *precision, int threads, int local_rank,
                              loom_backend **be) {
     omp_set_num_threads(threads > 0 ? threads : omp_get_num_procs());
-    if (strcmp(device, "auto") != 0) return open_one(device, precision, local_rank, be);
-    loom_status s = open_one("cuda", precision, local_rank, be);
-    if (s != LOOM_EUNSUPPORTED) return s;
-    loom_error_clear(); // no usable GPU here: the CPU
-    return open_one("cpu", precision, local_rank, be);
+    return loom_backend_open(be, device, precision, local_rank);
 }
 
 loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m) {

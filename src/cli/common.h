@@ -5,13 +5,8 @@
 
 #include <stdint.h>
 
-// Sets the OpenMP thread count (threads <= 0: all cores) and creates the backend:
-//   device "auto" (a GPU when there is one, else the CPU), "cpu", "cuda" or "cuda:N" — "cuda"
-//   takes GPU local_rank mod (GPUs of the host), local_rank being the rank's index among the
-//   ranks of its host (more ranks than GPUs share them: collectives must then be staged, as
-//   NCCL refuses two ranks on one GPU);
-//   precision "auto" (bf16 on a GPU, fp32 on the CPU), "fp32" or "bf16".
-// Errors: LOOM_EINVAL for an unknown precision, those of loom_backend_create.
+// Sets the OpenMP thread count (threads <= 0: all cores) and opens the backend
+// (loom_backend_open). Errors: those of loom_backend_open.
 loom_status cli_open_backend(const char *device, const char *precision, int threads, int local_rank,
                              loom_backend **be);
 // Help texts of the --device and --precision flags.

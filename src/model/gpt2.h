@@ -3,96 +3,141 @@
 // embedding. Forward and hand-written backward written once against the backend op
 // interface (backend/backend.h), after llm.c's train_gpt2.c.
 //
-// Memory: parameters and gradients are each one flat buffer ordered as the parameter table
-// (gpt2_params.h); activations are one flat buffer sized for at most max_B x max_T tokens,
-// re-viewed for the (B, T) of each call. The output layer runs over row chunks of (B*T) so the
-// (B*T, Vp) logits are never all in memory: each chunk's loss and gradient are computed
-// together (fused softmax + cross-entropy) and its gradient is pushed into wte and the final
-// LayerNorm's input gradient at once.
+// A model object holds one pipeline stage (loom_stage: a range of blocks, plus the embedding on
+// the first stage and the head on the last; today's single process is one stage holding
+// everything) as one tensor-parallel shard (the parameter table's shard specs decide the local
+// shapes; the layers run on whatever shards they are given). Parallelism enters only through
+// the hooks and the tensor-parallel points of model/hooks.h.
+//
+// Memory: parameters and gradients are each one flat buffer in the parameter table's
+// layer-major order; activations live in `slots` (micro-batches in flight, each sized for
+// max_B x max_T tokens and re-viewed for the (B, T) of each call) plus scratch shared by the
+// slots. The output layer runs over row chunks of the N = B*T tokens so the (N, Vp) logits are
+// never all in memory: each chunk's loss and gradient are computed together (fused softmax +
+// cross-entropy) and its gradient is pushed into wte and the final LayerNorm's input gradient
+// at once.
+//
+// Shapes below: N = B*T tokens, Nl = N / row_shards the residual-stream rows this rank holds,
+// Cl = C / tp the attention and MLP width of this shard (4Cl the MLP's), NHl its heads, Vl its
+// vocabulary rows, nb the stage's blocks.
 #pragma once
 #include "backend/backend.h"
 #include "model/gpt2_params.h"
+#include "model/hooks.h"
 
 #include <stdbool.h>
 
-// Forward activations; per-layer tensors carry a leading layer dim (1 when not training: the
-// layers then reuse one slot, as inference needs no activations for backward).
+// Activations of one slot; per-block tensors carry a leading block dim (1 when not training or
+// when recomputed: the blocks then reuse one slot).
 typedef struct {
     loom_tensor tokens, targets;             // (B,T) int32
-    loom_tensor encoded;                     // (B,T,C)
-    loom_tensor ln1, ln1_mean, ln1_rstd;     // (L,B,T,C), (L,B,T) fp32, (L,B,T) fp32
-    loom_tensor qkv;                         // (L,B,T,3C)
-    loom_tensor atty;                        // (L,B,T,C) attention output before projection
-    loom_tensor att_lse;                     // (L,B,NH,T) fp32
-    loom_tensor residual2;                   // (L,B,T,C) residual + attention projection
-    loom_tensor ln2, ln2_mean, ln2_rstd;     // (L,B,T,C), (L,B,T), (L,B,T)
-    loom_tensor fch, fch_gelu;               // (L,B,T,4C)
-    loom_tensor residual3;                   // (L,B,T,C) block output
-    loom_tensor proj;                        // (B,T,C) attproj / fcproj output before the add
-    loom_tensor lnf, lnf_mean, lnf_rstd;     // (B,T,C), (B,T), (B,T)
-    loom_tensor logits;                      // (chunk,Vp) one chunk of output rows
-    loom_tensor losses;                      // (B*T) fp32 per-token loss
+    loom_tensor encoded;                     // (Nl,C) the first block's input
+    loom_tensor ln1, ln1_mean, ln1_rstd;     // (nb,N,C) all rows, (nb,Nl) fp32, (nb,Nl) fp32
+    loom_tensor qkv;                         // (nb,N,3Cl)
+    loom_tensor atty;                        // (nb,N,Cl) attention output before projection
+    loom_tensor att_lse;                     // (nb,B,NHl,T) fp32
+    loom_tensor residual2;                   // (nb,Nl,C) residual + attention projection
+    loom_tensor ln2, ln2_mean, ln2_rstd;     // (nb,N,C), (nb,Nl), (nb,Nl)
+    loom_tensor fch, fch_gelu;               // (nb,N,4Cl)
+    loom_tensor residual3;                   // (nb,Nl,C) block outputs
+    loom_tensor lnf, lnf_mean, lnf_rstd;     // (N,C), (Nl), (Nl)
+    loom_tensor dlnf;                        // (Nl,C) d loss / d lnf's input rows, from the head
+    loom_tensor losses;                      // (N) fp32 per-token loss
 } loom_gpt2_acts;
-
-// Activation gradients used during backward (reused by every layer).
-typedef struct {
-    loom_tensor dresidual; // (B,T,C) gradient of the residual stream
-    loom_tensor dbtc;      // (B,T,C) scratch: dlnf, dln2, datty, dln1
-    loom_tensor dqkv;      // (B,T,3C)
-    loom_tensor dfch;      // (B,T,4C)
-} loom_gpt2_grad_acts;
 
 // Activation recomputation (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
 // Cost"; Korthikanti et al. 2022 for the selective form): what backward recomputes instead of
 // keeping from the forward pass. Gradients are bit-identical in every mode.
 typedef enum {
-    LOOM_RECOMPUTE_NONE, // keep every activation: (L,B,T,...) for each block tensor
-    LOOM_RECOMPUTE_GELU, // recompute gelu(fch) per layer: saves L*B*T*4C values
+    LOOM_RECOMPUTE_NONE, // keep every activation: (nb,...) for each block tensor
+    LOOM_RECOMPUTE_GELU, // recompute gelu(fch) per block: saves nb*N*4Cl values
     LOOM_RECOMPUTE_FULL, // keep block outputs only, re-run each block's forward in backward
 } loom_recompute;
 
 // "none", "gelu" or "full". Errors: LOOM_EINVAL naming the unknown mode.
 loom_status loom_recompute_parse(const char *name, loom_recompute *mode);
 
+// Where a model object sits in a parallel layout: its pipeline stage and its tensor-parallel
+// shard (rank tp_rank of tp_size), and whether the residual stream's rows are split over the
+// same tp ranks (sequence parallelism).
+typedef struct {
+    loom_stage stage;
+    int tp_rank, tp_size;
+    bool sequence_parallel;
+} loom_gpt2_layout;
+
 typedef struct {
     loom_gpt2_config cfg;
     loom_backend *be;
-    loom_param_spec specs[LOOM_GPT2_NUM_TENSORS];
-    int64_t num_elements;  // parameters in the flat buffer, vocabulary padding included
-    void *params;          // (num_elements) be->dtype
-    void *grads;           // (num_elements) be->dtype, NULL unless allocated for training
-    loom_tensor p[LOOM_GPT2_NUM_TENSORS], g[LOOM_GPT2_NUM_TENSORS]; // views into the two
-    int max_B, max_T;      // activation capacity
+    loom_gpt2_layout layout;
+    loom_param_table table;  // this object's parameters
+    int64_t num_elements;    // table.num_elements
+    void *params;            // (num_elements) be->dtype, table order
+    void *grads;             // (num_elements) be->dtype, NULL unless allocated for training
+    loom_tensor *p, *g;      // (table.count) views into the two
+    int block0;              // table index of the first block's first tensor
+    int wte, wpe, lnfw, lnfb; // table indices (-1: not in this stage)
+    int NH;                  // heads of this shard (NHl)
+    int vocab_start;         // first vocabulary row of this shard's wte
+    int row_shards, row_shard; // the residual stream's rows are split in row_shards; this rank holds row_shard
+    int max_B, max_T;        // activation capacity per slot
+    int slots;               // micro-batches in flight; set before loom_gpt2_alloc (default 1)
     loom_recompute recompute; // set before loom_gpt2_alloc (default: none)
-    bool training;         // activations kept for backward, gradients allocated
+    bool training;           // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
-    int logits_chunk;      // rows of the output layer per chunk
-    // Optional: called during backward each time a stage's gradients are final (stages as in
-    // loom_param_spec.grad_stage: L after the final LayerNorm, l after block l, -1 after the
-    // embeddings), so data parallelism can start reducing them while backward goes on.
-    void (*grads_ready)(void *ctx, int stage);
-    void *grads_ready_ctx;
+    int *slot_B, *slot_T;    // (slots) the micro-batch each slot holds
+    int logits_chunk;        // rows of the output layer per chunk
+    loom_hooks hooks;        // model/hooks.h
+    loom_tp_points tp;       // model/hooks.h; all NULL on one device
 } loom_gpt2;
 
-// Creates a model with zeroed parameters on `be`. Errors: LOOM_EINVAL (invalid config),
-// LOOM_ENOMEM (the parameter buffer does not fit).
+// Creates the whole model on one device with zeroed parameters on `be`. Errors: LOOM_EINVAL
+// (invalid config), LOOM_ENOMEM (the parameter buffer does not fit).
 loom_status loom_gpt2_create(loom_gpt2 **out, loom_backend *be, const loom_gpt2_config *cfg);
+// The same for one stage and tensor-parallel shard. Errors: also those of loom_gpt2_param_table
+// (heads or padded vocabulary not divisible by tp_size).
+loom_status loom_gpt2_create_layout(loom_gpt2 **out, loom_backend *be, const loom_gpt2_config *cfg,
+                                    const loom_gpt2_layout *layout);
 void loom_gpt2_free(loom_gpt2 *m);
 // GPT-2 initialisation from (seed, tensor, element) (see gpt2_params.h).
 void loom_gpt2_init(loom_gpt2 *m, uint64_t seed);
-// Copies all parameters from/to host fp32 arrays of num_elements values (table order),
-// converting to and from the backend's dtype.
-void loom_gpt2_set_params(loom_gpt2 *m, const float *host);
-void loom_gpt2_get_params(loom_gpt2 *m, float *host);
-void loom_gpt2_get_grads(loom_gpt2 *m, float *host);
+// Parameters from the whole model in the model file's order (host fp32, table.file_elements
+// values), converted to the backend's dtype; this object takes its shards.
+void loom_gpt2_set_params(loom_gpt2 *m, const float *file);
+// This object's parameters (or gradients) into their places in a model-file-order host fp32
+// buffer of table.file_elements values (the places of other shards are left as they are).
+void loom_gpt2_get_params(loom_gpt2 *m, float *file);
+void loom_gpt2_get_grads(loom_gpt2 *m, float *file);
+// A flat buffer of this object (num_elements of be->dtype, e.g. m->params) as host fp32.
+void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host);
 
-// Sizes the activations for micro-batches of up to B x T tokens; training also allocates the
-// gradients (zeroed). Errors: LOOM_EINVAL if T exceeds the model's max_seq_len or B, T < 1;
+// Sizes `slots` activation slots for micro-batches of up to B x T tokens; training also
+// allocates the gradients (zeroed). Errors: LOOM_EINVAL if T exceeds the model's max_seq_len,
+// B, T < 1, or the rows do not split evenly under sequence parallelism (T % tp_size);
 // LOOM_ENOMEM.
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training);
 // Bytes of parameters, gradients and activations currently allocated.
 size_t loom_gpt2_memory_bytes(const loom_gpt2 *m);
 
+// ---- the stage API a schedule drives ----
+// Micro-batch of slot `slot`: inputs (first stage; else NULL) and targets (last stage; else
+// NULL), host int32 (B,T), ids in [0,V); B <= max_B, T <= max_T.
+void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T);
+// The stage's forward on slot `slot`: from the tokens (first stage) or `input` (Nl,C), the
+// previous stage's output. Returns the stage's output (Nl,C), a view into the slot valid until
+// its next forward; on the last stage an empty tensor, and *loss = the mean loss over the N
+// tokens. With `backward` (training only) the last stage also runs the output layer's backward
+// at once (llm.c's fused classifier): d(loss)/d(params) scaled by grad_scale is added to wte's
+// gradient and the slot keeps d(grad_scale * loss)/d(lnf input) for stage_backward.
+loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, loom_tensor input, bool backward,
+                                    float grad_scale, double *loss);
+// The stage's backward on slot `slot` from `dout` (Nl,C) = d(loss)/d(output), the next stage's
+// input gradient (ignored on the last stage, which starts from its head). Adds the gradients
+// into m->grads (running the hooks) and returns d(loss)/d(input) (Nl,C), valid until the next
+// backward (empty on the first stage).
+loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, loom_tensor dout);
+
+// ---- the whole model as one stage, one slot ----
 // Mean cross-entropy loss (nats/token) of next-token prediction on one micro-batch.
 //   inputs, targets: host int32 (B,T), ids in [0,V); B <= max_B, T <= max_T.
 double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T);

@@ -47,9 +47,16 @@ loom_status loom_gpt2_config_validate(const loom_gpt2_config *c) {
     return LOOM_OK;
 }
 
+static const int64_t PER_LAYER_C2 = 12, PER_LAYER_C = 13; // ln1 2C, qkv 3C^2+3C, proj C^2+C, ln2 2C, fc 4C^2+4C, fcproj 4C^2+C
+
+int64_t loom_gpt2_file_elements(const loom_gpt2_config *c) {
+    int64_t C = c->channels, L = c->num_layers;
+    return ((int64_t)c->padded_vocab_size + c->max_seq_len) * C + L * (PER_LAYER_C2 * C * C + PER_LAYER_C * C) + 2 * C;
+}
+
 int64_t loom_gpt2_num_params(const loom_gpt2_config *c) {
     int64_t C = c->channels, L = c->num_layers;
-    int64_t per_layer = 12 * C * C + 13 * C; // ln1 2C, qkv 3C^2+3C, proj C^2+C, ln2 2C, fc 4C^2+4C, fcproj 4C^2+C
+    int64_t per_layer = PER_LAYER_C2 * C * C + PER_LAYER_C * C;
     return (int64_t)c->vocab_size * C + (int64_t)c->max_seq_len * C + L * per_layer + 2 * C;
 }
 

@@ -23,6 +23,8 @@ loom_status loom_gpt2_config_named(const char *name, loom_gpt2_config *cfg);
 loom_status loom_gpt2_config_validate(const loom_gpt2_config *cfg);
 // V rounded up to a multiple of 128.
 int loom_pad_vocab(int V);
+// Elements of the model file's parameters (llm.c order, vocabulary padding included).
+int64_t loom_gpt2_file_elements(const loom_gpt2_config *cfg);
 // Parameter count without the vocabulary padding (the usual "124M" figure counts tied wte once).
 int64_t loom_gpt2_num_params(const loom_gpt2_config *cfg);
 // Training FLOPs per token: 6 N + 6 L T C (Kaplan et al. 2020; PaLM appendix B), N without

@@ -1,16 +1,25 @@
-// The GPT-2 parameter table: one entry per tensor, in llm.c's model-file order, each a slice of
-// one flat buffer (DESIGN principle 3). Per-layer tensors are stacked along a leading L dim.
+// GPT-2's parameters in two orders:
 //
+// The llm.c model file's tensor list (the file order), per-layer tensors stacked on a leading
+// L dim:
 //   wte (Vp,C)  wpe (maxT,C)  ln1w ln1b (L,C)  qkvw (L,3C,C) qkvb (L,3C)  attprojw (L,C,C)
 //   attprojb (L,C)  ln2w ln2b (L,C)  fcw (L,4C,C) fcb (L,4C)  fcprojw (L,C,4C) fcprojb (L,C)
 //   lnfw lnfb (C)
 //
+// The parameter table of one rank (model/param_table.h), layer-major: wte, wpe (first stage),
+// then each block's 12 tensors in the order above, then lnfw, lnfb (last stage), each sharded
+// over tensor-parallel ranks as Megatron-LM splits GPT (Shoeybi et al. 2019): qkvw, qkvb by
+// output rows (3 chunks, so a rank holds whole heads of q, k and v), fcw, fcb by output rows,
+// attprojw and fcprojw by input columns (row-parallel; their biases replicated and added once),
+// wte by vocabulary rows (the embedding and the tied output layer), the rest replicated.
+//
 // Initialisation follows GPT-2 (and llm.c's train_gpt2.py): weights N(0, 0.02), residual
 // projections (attprojw, fcprojw) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; padded
-// vocabulary rows 0. Each value is drawn from Philox keyed by (seed, tensor index, element
-// index in the whole tensor), so it is the same under any sharding.
+// vocabulary rows 0. Each value is drawn from Philox keyed by (seed, file tensor index, element
+// index in the stacked file tensor), so it is the same under any layout.
 #pragma once
 #include "model/gpt2_config.h"
+#include "model/param_table.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,28 +29,39 @@ enum {
     P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
     LOOM_GPT2_NUM_TENSORS
 };
+// A block's tensors, in the table's order: block tensor k is file tensor P_LN1W + k.
+enum {
+    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_ATTPROJW, B_ATTPROJB, B_LN2W, B_LN2B, B_FCW, B_FCB,
+    B_FCPROJW, B_FCPROJB, LOOM_GPT2_BLOCK_TENSORS
+};
 
-typedef enum { INIT_NORMAL, INIT_ZERO, INIT_ONE } loom_init_rule;
-
+// One tensor of the model file.
 typedef struct {
     const char *name;
-    int ndim;
-    int64_t shape[4];
+    int ndim;            // with the leading L dim of per-layer tensors
+    int64_t shape[3];
     int64_t numel;
-    int64_t offset;     // elements from the start of the flat buffer
+    int64_t offset;      // elements from the start of the file's parameters
+    bool per_layer;      // stacked on a leading L dim
     loom_init_rule init;
-    float std;          // for INIT_NORMAL
-    bool weight_decay;  // AdamW decays matrices and embeddings only
-    // When the gradient is final during backward, which runs in stages L (final LayerNorm and
-    // output layer), L-1 .. 0 (the blocks, last first), -1 (embeddings): a per-layer tensor
-    // (stacked on a leading L dim) is final for layer l after stage l; any other tensor after
-    // stage grad_stage. Data parallelism starts a bucket's reduction at that point.
-    bool per_layer;
-    int grad_stage;
-} loom_param_spec;
+    float std;           // for LOOM_INIT_NORMAL
+    bool weight_decay;   // AdamW decays matrices and embeddings only
+    loom_shard_spec shard; // of one layer's tensor
+} loom_gpt2_tensor;
 
-// Fills specs[LOOM_GPT2_NUM_TENSORS] and returns the total element count (with padding).
-int64_t loom_gpt2_param_table(const loom_gpt2_config *cfg, loom_param_spec *specs);
-// Value of element `index` (row-major within the tensor) of tensor `t` at initialisation.
-float loom_gpt2_init_value(const loom_gpt2_config *cfg, const loom_param_spec *spec, int t,
-                           int64_t index, uint64_t seed);
+// A pipeline stage: blocks [first_block, first_block + num_blocks), plus the embedding (the
+// first stage) and the final LayerNorm, output layer and loss (the last stage).
+typedef struct {
+    int first_block, num_blocks;
+    bool embed, head;
+} loom_stage;
+
+// Fills out[LOOM_GPT2_NUM_TENSORS] with the file's tensors; returns the file's element count.
+int64_t loom_gpt2_file_layout(const loom_gpt2_config *cfg, loom_gpt2_tensor *out);
+// The whole model as one stage.
+loom_stage loom_gpt2_whole(const loom_gpt2_config *cfg);
+// The table of `stage`'s parameters as tensor-parallel rank tp_rank of tp_size holds them.
+// Errors: LOOM_EINVAL naming the value when the heads or the padded vocabulary do not divide
+// by tp_size, or the stage's blocks lie outside the model.
+loom_status loom_gpt2_param_table(const loom_gpt2_config *cfg, const loom_stage *stage, int tp_rank,
+                                  int tp_size, loom_param_table *out);

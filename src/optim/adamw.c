@@ -1,10 +1,31 @@
 #include "optim/adamw.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
-                              const loom_param_range *ranges, int nranges) {
+// The slices cut at the table's tensor edges.
+static void make_ranges(loom_adamw *o, const loom_param_table *table, const loom_param_slice *slices, int nslices) {
+    for (int k = 0; k < nslices; k++) {
+        const loom_param_slice *sl = &slices[k];
+        for (int64_t at = sl->offset; at < sl->offset + sl->numel;) {
+            int i = loom_param_table_find(table, at);
+            LOOM_CHECK(i >= 0);
+            const loom_param *p = &table->params[i];
+            int64_t end = p->offset + p->local_numel < sl->offset + sl->numel ? p->offset + p->local_numel
+                                                                              : sl->offset + sl->numel;
+            int64_t shard0 = p->shard.kind == LOOM_SHARD_REPLICATED ? 0 : (int64_t)table->tp_rank * p->local_numel;
+            o->ranges = realloc(o->ranges, (size_t)(o->nranges + 1) * sizeof *o->ranges);
+            LOOM_CHECK(o->ranges);
+            o->ranges[o->nranges++] = (loom_param_range){at, sl->state_offset + (at - sl->offset), end - at,
+                                                         p->weight_decay, p->file_offset + shard0 + (at - p->offset)};
+            at = end;
+        }
+    }
+}
+
+loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
+                              const loom_param_slice *slices, int nslices, int64_t n) {
     loom_adamw *o = loom_xcalloc(1, sizeof *o);
     o->be = be;
     o->n = n;
@@ -12,14 +33,12 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
     o->v = be->alloc(be, (size_t)n * sizeof(float));
     bool mixed = be->dtype != LOOM_F32;
     if (mixed) o->master = be->alloc(be, (size_t)n * sizeof(float));
-    o->ranges = loom_xmalloc((size_t)nranges * sizeof *ranges);
-    memcpy(o->ranges, ranges, (size_t)nranges * sizeof *ranges);
-    o->nranges = nranges;
+    make_ranges(o, table, slices, nslices);
     *out = o;
     if (!o->m || !o->v || (mixed && !o->master)) {
         loom_adamw_free(o);
         *out = NULL;
-        return loom_fail(LOOM_ENOMEM, "use a smaller model",
+        return loom_fail(LOOM_ENOMEM, "use a smaller model or a higher --zero stage",
                          "cannot allocate %lld bytes of AdamW state", (long long)((mixed ? 12 : 8) * n));
     }
     return LOOM_OK;
@@ -51,10 +70,6 @@ void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_eleme
     free(master);
 }
 
-double loom_grad_norm(loom_backend *be, void *grads, int64_t n) {
-    return sqrt(be->sumsq(be, loom_view_dims(grads, be->dtype, &n, 1)));
-}
-
 float loom_clip_scale(double norm, float max_norm) {
     if (max_norm <= 0.0f) return 1.0f;
     double s = max_norm / (norm + 1e-6);
@@ -79,7 +94,7 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                                 .t = o->t,
                                 .stochastic_rounding = cfg->stochastic_rounding,
                                 .sr_seed = cfg->seed,
-                                .index0 = g->param_offset};
+                                .index0 = g->index0};
         be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->param_offset * es, be->dtype, &n, 1),
                          o->master ? loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1)
                                    : (loom_tensor){0},

@@ -1,9 +1,11 @@
 // AdamW over a flat parameter buffer (Loshchilov & Hutter, ICLR'19; the update of
 // torch.optim.AdamW, see loom_adamw_args in backend/backend.h), with weight decay applied per
-// range (GPT-2 convention: matrices and embeddings decay, biases and LayerNorm do not) and
-// gradient clipping by the global L2 norm (as torch.nn.utils.clip_grad_norm_).
+// tensor (GPT-2 convention: matrices and embeddings decay, biases and LayerNorm do not, as the
+// parameter table says) and gradient clipping by the global L2 norm (as
+// torch.nn.utils.clip_grad_norm_).
 #pragma once
 #include "backend/backend.h"
+#include "model/param_table.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,13 +17,15 @@ typedef struct {
     uint64_t seed;            // of its random bits (with the step and the element index)
 } loom_adamw_config;
 
-// A contiguous range sharing one weight-decay setting: parameters [param_offset, +numel) of
-// the flat parameter buffer, updated from gradients and moments [state_offset, +numel) of the
-// optimizer's own buffers. Unsharded, state_offset = param_offset; under ZeRO the state holds
-// only this rank's shard (src/parallel/data_parallel.h makes those ranges).
+// A contiguous range of one tensor: parameters [param_offset, +numel) of the flat parameter
+// buffer, updated from gradients and moments [state_offset, +numel) of the optimizer's own
+// buffers, with the tensor's weight-decay setting; index0 names element 0 for stochastic
+// rounding: its index in the model file's order (for a tensor split over tp ranks, the
+// tensor's file offset + tp_rank x its shard's size + the element's index in the shard).
 typedef struct {
     int64_t param_offset, state_offset, numel;
     bool weight_decay;
+    int64_t index0;
 } loom_param_range;
 
 typedef struct {
@@ -34,17 +38,16 @@ typedef struct {
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
 } loom_adamw;
 
-// n: state elements (every range's state lies in [0, n)). Errors: LOOM_ENOMEM when the moments
-// do not fit.
-loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, int64_t n,
-                              const loom_param_range *ranges, int nranges);
+// The optimizer of the slices of table's flat buffers this rank updates (the whole buffer:
+// one slice {0, 0, num_elements}; under ZeRO, this rank's pieces), their state in n elements,
+// its ranges cut at the table's tensor edges. Errors: LOOM_ENOMEM when the moments do not fit.
+loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
+                              const loom_param_slice *slices, int nslices, int64_t n);
 void loom_adamw_free(loom_adamw *o);
 // Mixed precision: sets the master weights of every range from the (lower-precision) parameters
 // (num_elements of be->dtype). No-op when there are no master weights.
 void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements);
 
-// Global L2 norm of the gradients (n elements of be->dtype at `grads`).
-double loom_grad_norm(loom_backend *be, void *grads, int64_t n);
 // The factor clipping multiplies gradients by: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
 float loom_clip_scale(double norm, float max_norm);
 

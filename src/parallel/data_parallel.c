@@ -1,10 +1,9 @@
 // See data_parallel.h. A step, with W ranks and A micro-batches:
 //   for a in 0..A-1: begin_micro_batch; forward/backward (grads_ready hooks start the
 //                    bucket reduce-scatters); end_micro_batch
-//   reduced_grads (zero 0: all-gather pieces; the norm) -> AdamW on the ranges -> gather_params
+//   reduced_grads (zero 0: all-gather pieces; the norm) -> AdamW on the slices -> gather_params
 #include "parallel/data_parallel.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +12,7 @@ typedef struct {
     int64_t piece;        // ceil(len / W): each rank's piece
     int64_t own_len;      // real elements of this rank's piece (< piece only in a ragged bucket)
     int64_t shard_offset; // this rank's piece in the shard buffers
-    int ready_stage;      // backward stage after which every gradient in it is final
+    int ready_layer;      // backward layer after which every gradient in it is final
     bool staged;          // len % W != 0: reduced and gathered through the staging buffer
     loom_comm_req *req;
 } bucket;
@@ -31,52 +30,40 @@ struct loom_dp {
     void *staging;            // (W * piece of the ragged bucket)
     bool communicate, first;  // this micro-batch reduces; it is the step's first reduction
     loom_status error;
-    loom_param_range *ranges;
-    int nranges;
+    const loom_param_table *table;
+    loom_param_slice *slices;
+    int nslices;
 };
 
 #define AT(p, i) ((char *)(p) + (size_t)(i) * dp->es)
 
-// Backward stage after which every gradient in [start, end) is final: the earliest (lowest)
-// stage among the tensors and layers it touches.
-static int ready_stage(const loom_param_spec *specs, int nspecs, int64_t start, int64_t end) {
-    int stage = 1 << 30;
-    for (int t = 0; t < nspecs; t++) {
-        const loom_param_spec *s = &specs[t];
-        int64_t lo = start > s->offset ? start : s->offset, hi = end < s->offset + s->numel ? end : s->offset + s->numel;
-        if (lo >= hi) continue;
-        int st = s->per_layer ? (int)((lo - s->offset) / (s->numel / s->shape[0])) : s->grad_stage;
-        if (st < stage) stage = st;
+// Backward layer after which every gradient in [start, end) is final: the earliest (lowest)
+// layer among the tensors it touches (backward runs from the last layer to the first).
+static int ready_layer(const loom_param_table *t, int64_t start, int64_t end) {
+    int layer = 1 << 30;
+    for (int i = loom_param_table_find(t, start); i >= 0 && i < t->count && t->params[i].offset < end; i++)
+        if (t->params[i].layer < layer) layer = t->params[i].layer;
+    return layer;
+}
+
+// The optimizer's slices: zero 0, the whole buffer; zero 1/2, this rank's pieces.
+static void make_slices(loom_dp *dp) {
+    dp->slices = loom_xcalloc((size_t)dp->nbuckets, sizeof *dp->slices);
+    if (dp->zero == 0) {
+        dp->slices[dp->nslices++] = (loom_param_slice){0, 0, dp->num_elements};
+        return;
     }
-    return stage;
-}
-
-static void add_range(loom_dp *dp, int64_t param_offset, int64_t state_offset, int64_t numel, bool wd) {
-    dp->ranges = realloc(dp->ranges, (size_t)(dp->nranges + 1) * sizeof *dp->ranges);
-    LOOM_CHECK(dp->ranges);
-    dp->ranges[dp->nranges++] = (loom_param_range){param_offset, state_offset, numel, wd};
-}
-
-// Optimizer ranges: zero 0, the tensors; zero 1/2, this rank's pieces cut at tensor edges.
-static void make_ranges(loom_dp *dp, const loom_param_spec *specs, int nspecs) {
-    for (int t = 0; dp->zero == 0 && t < nspecs; t++)
-        add_range(dp, specs[t].offset, specs[t].offset, specs[t].numel, specs[t].weight_decay);
-    for (int b = 0; dp->zero > 0 && b < dp->nbuckets; b++) {
+    for (int b = 0; b < dp->nbuckets; b++) {
         const bucket *k = &dp->buckets[b];
-        int64_t own = k->start + (int64_t)dp->R * k->piece;
-        for (int t = 0; t < nspecs; t++) {
-            int64_t lo = own > specs[t].offset ? own : specs[t].offset;
-            int64_t hi = own + k->own_len < specs[t].offset + specs[t].numel ? own + k->own_len
-                                                                            : specs[t].offset + specs[t].numel;
-            if (lo < hi) add_range(dp, lo, k->shard_offset + (lo - own), hi - lo, specs[t].weight_decay);
-        }
+        if (k->own_len > 0)
+            dp->slices[dp->nslices++] = (loom_param_slice){k->start + (int64_t)dp->R * k->piece, k->shard_offset, k->own_len};
     }
 }
 
 loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_backend *be,
-                           const loom_param_spec *specs, int nspecs, int64_t num_elements, int zero,
-                           double bucket_mb) {
+                           const loom_param_table *table, int zero, double bucket_mb) {
     *out = NULL;
+    int64_t num_elements = table->num_elements;
     int W = loom_comm_size(comm);
     if (zero < 0 || zero > 2) return loom_fail(LOOM_EINVAL, "use --zero 0, 1 or 2", "unknown ZeRO stage %d", zero);
     if (!(bucket_mb > 0))
@@ -86,7 +73,7 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
                          "%d ranks exceed the model's %lld parameters", W, (long long)num_elements);
     loom_dp *dp = loom_xcalloc(1, sizeof *dp);
     *dp = (loom_dp){.comm = comm, .host = host, .be = be, .zero = zero, .W = W, .R = loom_comm_rank(comm),
-                    .es = loom_dtype_size(be->dtype), .num_elements = num_elements};
+                    .es = loom_dtype_size(be->dtype), .num_elements = num_elements, .table = table};
     int64_t E = (int64_t)(bucket_mb * 1024 * 1024 / (double)dp->es) / W * W;
     if (E < W) E = W;
     dp->nbuckets = (int)((num_elements + E - 1) / E);
@@ -102,9 +89,9 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
         k->own_len = (int64_t)own;
         k->shard_offset = dp->shard_n;
         dp->shard_n += k->piece;
-        k->ready_stage = ready_stage(specs, nspecs, k->start, k->start + k->len);
+        k->ready_layer = ready_layer(table, k->start, k->start + k->len);
     }
-    make_ranges(dp, specs, nspecs);
+    make_slices(dp);
     if (W > 1) {
         const bucket *last = &dp->buckets[dp->nbuckets - 1];
         dp->shard = be->alloc(be, (size_t)dp->shard_n * dp->es);
@@ -127,21 +114,23 @@ void loom_dp_free(loom_dp *dp) {
     dp->be->free(dp->be, dp->scratch);
     dp->be->free(dp->be, dp->staging);
     free(dp->buckets);
-    free(dp->ranges);
+    free(dp->slices);
     free(dp);
 }
 
-const loom_param_range *loom_dp_ranges(const loom_dp *dp, int *nranges) {
-    *nranges = dp->nranges;
-    return dp->ranges;
+const loom_param_slice *loom_dp_slices(const loom_dp *dp, int *nslices) {
+    *nslices = dp->nslices;
+    return dp->slices;
 }
 int64_t loom_dp_state_elements(const loom_dp *dp) { return dp->zero == 0 ? dp->num_elements : dp->shard_n; }
 int loom_dp_num_buckets(const loom_dp *dp) { return dp->nbuckets; }
 int64_t loom_dp_bucket_elements(const loom_dp *dp) { return dp->buckets[0].len; }
 
+bool loom_dp_syncs(const loom_dp *dp, int a, int A) { return (dp->W > 1 && dp->zero == 2) || a == A - 1; }
+
 void loom_dp_begin_micro_batch(loom_dp *dp, void *grads, int a, int A) {
     dp->grads = grads;
-    dp->communicate = dp->W > 1 && (dp->zero == 2 || a == A - 1);
+    dp->communicate = dp->W > 1 && loom_dp_syncs(dp, a, A);
     dp->first = a == 0;
 }
 
@@ -161,11 +150,11 @@ static void start_reduce(loom_dp *dp, bucket *k) {
     keep_error(dp, loom_reduce_scatter(dp->comm, send, recv, (size_t)k->piece, dp->be->dtype, LOOM_AVG, &k->req));
 }
 
-void loom_dp_grads_ready(void *ctx, int stage) {
+void loom_dp_grads_ready(void *ctx, int layer) {
     loom_dp *dp = ctx;
     if (!dp->communicate) return;
     for (int b = 0; b < dp->nbuckets; b++)
-        if (dp->buckets[b].ready_stage == stage) start_reduce(dp, &dp->buckets[b]);
+        if (dp->buckets[b].ready_layer == layer) start_reduce(dp, &dp->buckets[b]);
     for (int b = 0; b < dp->nbuckets; b++) { // MPI moves data forward inside its calls
         bool done;
         if (dp->buckets[b].req) keep_error(dp, loom_comm_test(dp->buckets[b].req, &done));
@@ -197,6 +186,24 @@ loom_status loom_dp_end_micro_batch(loom_dp *dp) {
     return s;
 }
 
+// Sum of squares of the counted tensors' elements among flat elements [lo, hi), whose values
+// are at p: one call per run of consecutive counted tensors.
+static double counted_sumsq(const loom_dp *dp, const char *p, int64_t lo, int64_t hi) {
+    double total = 0;
+    for (int64_t at = lo; at < hi;) {
+        int i = loom_param_table_find(dp->table, at);
+        bool counted = dp->table->params[i].counted;
+        int64_t end = at;
+        for (; i < dp->table->count && dp->table->params[i].counted == counted && end < hi; i++)
+            end = dp->table->params[i].offset + dp->table->params[i].local_numel;
+        end = end < hi ? end : hi;
+        int64_t n = end - at;
+        if (counted) total += dp->be->sumsq(dp->be, loom_view_dims((void *)(p + (size_t)(at - lo) * dp->es), dp->be->dtype, &n, 1));
+        at = end;
+    }
+    return total;
+}
+
 // Sum of squares of rank r's pieces, read from the full buffer (r's pieces at start + r*piece)
 // or, for this rank, from the shard.
 static double piece_sumsq(loom_dp *dp, int r, bool from_shard) {
@@ -205,9 +212,9 @@ static double piece_sumsq(loom_dp *dp, int r, bool from_shard) {
         const bucket *k = &dp->buckets[b];
         size_t off, len;
         loom_comm_shard((size_t)k->len, dp->W, r, &off, &len);
-        int64_t n = (int64_t)len;
-        void *p = from_shard ? AT(dp->shard, k->shard_offset) : AT(dp->grads, k->start + (int64_t)off);
-        if (n) total += dp->be->sumsq(dp->be, loom_view_dims(p, dp->be->dtype, &n, 1));
+        int64_t lo = k->start + (int64_t)off;
+        const char *p = from_shard ? AT(dp->shard, k->shard_offset) : AT(dp->grads, lo);
+        if (len) total += counted_sumsq(dp, p, lo, lo + (int64_t)len);
     }
     return total;
 }
@@ -233,7 +240,7 @@ static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
     return s;
 }
 
-loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm) {
+loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq) {
     double sumsq = 0;
     if (dp->W == 1) { // nothing to reduce: the full buffer is the shard
         *grads = dp->grads;
@@ -250,7 +257,7 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm) {
         free(each);
         LOOM_TRY(s);
     }
-    *norm = sqrt(sumsq);
+    *norm_sumsq = sumsq;
     return LOOM_OK;
 }
 

@@ -45,8 +45,8 @@ static void compare(const char *name, const loom_gpt2_config *cfg, loom_backend 
     LOOM_CHECK(nc == ng);
     double el = fabs(lg - lc) / fabs(lc);
     T_ASSERT(el < tol_loss, "%s %s: loss %.7f vs cpu %.7f (rel %.3g)", name, bf ? "bf16" : "fp32", lg, lc, el);
-    loom_param_spec specs[LOOM_GPT2_NUM_TENSORS];
-    loom_gpt2_param_table(cfg, specs);
+    loom_gpt2_tensor specs[LOOM_GPT2_NUM_TENSORS];
+    loom_gpt2_file_layout(cfg, specs);
     double worst = 0;
     int worst_t = 0;
     for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {

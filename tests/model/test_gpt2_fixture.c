@@ -103,8 +103,10 @@ static void check_logits(loom_gpt2 *m, const fixture *fx) {
 static void check_grads(loom_gpt2 *m, const fixture *fx) {
     float *g = malloc((size_t)m->num_elements * sizeof(float));
     loom_gpt2_get_grads(m, g);
+    loom_gpt2_tensor specs[LOOM_GPT2_NUM_TENSORS];
+    loom_gpt2_file_layout(&m->cfg, specs);
     for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {
-        const loom_param_spec *s = &m->specs[t];
+        const loom_gpt2_tensor *s = &specs[t];
         double e = t_max_rel_err(g + s->offset, fx->grads + s->offset, (size_t)s->numel);
         T_ASSERT(e < tol, "gradient of %s: max rel err %g", s->name, e);
     }
@@ -139,19 +141,16 @@ int main(int argc, char **argv) {
     check_grads(m, &fx);
 
     // 5 AdamW steps with clipping on the same batch
-    loom_param_range ranges[LOOM_GPT2_NUM_TENSORS];
-    for (int i = 0; i < LOOM_GPT2_NUM_TENSORS; i++)
-        ranges[i] = (loom_param_range){m->specs[i].offset, m->specs[i].offset, m->specs[i].numel,
-                                       m->specs[i].weight_decay};
+    loom_param_slice all = {0, 0, m->num_elements};
     loom_adamw *opt;
-    T_ASSERT(loom_adamw_create(&opt, be, m->num_elements, ranges, LOOM_GPT2_NUM_TENSORS) == LOOM_OK, "opt");
+    T_ASSERT(loom_adamw_create(&opt, be, &m->table, &all, 1, m->num_elements) == LOOM_OK, "opt");
     loom_adamw_init_master(opt, m->params, m->num_elements);
     loom_adamw_config cfg = {.lr = fx.lr, .beta1 = fx.beta1, .beta2 = fx.beta2, .eps = fx.eps, .weight_decay = fx.wd,
                              .grad_clip = fx.clip};
     for (int s = 0; s < fx.steps; s++) {
         loom_gpt2_zero_grads(m);
         double l = loom_gpt2_forward_backward(m, fx.x, fx.y, fx.B, fx.T, 1.0f);
-        double norm = loom_grad_norm(be, m->grads, m->num_elements);
+        double norm = sqrt(be->sumsq(be, loom_view_dims(m->grads, be->dtype, &m->num_elements, 1)));
         loom_adamw_step(opt, m->params, m->grads, fx.lr, &cfg, loom_clip_scale(norm, fx.clip));
         T_ASSERT(rel(l, fx.step_losses[s]) < tol, "step %d loss %.7f vs %.7f", s, l, (double)fx.step_losses[s]);
         T_ASSERT(rel(norm, fx.step_norms[s]) < tol, "step %d norm %.7f vs %.7f", s, norm, (double)fx.step_norms[s]);

@@ -35,8 +35,11 @@ static void test_init(loom_backend *be, uint64_t seed) {
     T_ASSERT(memcmp(a, b, (size_t)m->num_elements * sizeof(float)) == 0, "init independent of threads");
     float expect_std[LOOM_GPT2_NUM_TENSORS] = {0.02f, 0.02f, 0, 0, 0.02f, 0, 0.02f / sqrtf(6.0f), 0,
                                                0, 0, 0.02f, 0, 0.02f / sqrtf(6.0f), 0, 0, 0};
+    loom_gpt2_tensor specs[LOOM_GPT2_NUM_TENSORS];
+    T_ASSERT(loom_gpt2_file_layout(&cfg, specs) == m->num_elements && m->num_elements == loom_gpt2_file_elements(&cfg),
+             "file layout of %lld elements", (long long)m->num_elements);
     for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {
-        const loom_param_spec *s = &m->specs[t];
+        const loom_gpt2_tensor *s = &specs[t];
         int64_t n = t == P_WTE ? (int64_t)cfg.vocab_size * cfg.channels : s->numel;
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < n; i++) {
@@ -44,15 +47,15 @@ static void test_init(loom_backend *be, uint64_t seed) {
             sq += (double)a[s->offset + i] * a[s->offset + i];
         }
         double mean = sum / n, std = sqrt(sq / n - mean * mean);
-        if (s->init == INIT_NORMAL) {
+        if (s->init == LOOM_INIT_NORMAL) {
             T_ASSERT(fabs(mean) < 4 * expect_std[t] / sqrt((double)n) + 1e-7, "%s mean %g", s->name, mean);
             T_ASSERT(fabs(std / expect_std[t] - 1) < 0.05, "%s std %g vs %g", s->name, std, (double)expect_std[t]);
         } else {
-            double v = s->init == INIT_ONE ? 1.0 : 0.0;
+            double v = s->init == LOOM_INIT_ONE ? 1.0 : 0.0;
             T_ASSERT(mean == v && std == 0, "%s constant %g", s->name, v);
         }
     }
-    const loom_param_spec *wte = &m->specs[P_WTE];
+    const loom_gpt2_tensor *wte = &specs[P_WTE];
     int padded_nonzero = 0;
     for (int64_t i = (int64_t)cfg.vocab_size * cfg.channels; i < wte->numel; i++) padded_nonzero += a[i] != 0;
     T_ASSERT(padded_nonzero == 0, "padded vocabulary rows are zero");

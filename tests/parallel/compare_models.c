@@ -27,8 +27,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "configs differ\n");
         return 1;
     }
-    loom_param_spec specs[LOOM_GPT2_NUM_TENSORS];
-    loom_gpt2_param_table(&ca, specs);
+    loom_gpt2_tensor specs[LOOM_GPT2_NUM_TENSORS];
+    loom_gpt2_file_layout(&ca, specs);
     double all_dd = 0, all_bb = 1e-300, worst = 0;
     int64_t differ = 0;
     const char *worst_name = "-";

@@ -1,7 +1,7 @@
 // The data-parallel engine on synthetic flat buffers, alone or under mpirun -np N: for ZeRO
-// 0/1/2 and 1 or 3 micro-batches, gradients written stage by stage as a backward pass writes
+// 0/1/2 and 1 or 3 micro-batches, gradients written layer by layer as a backward pass writes
 // them (each bucket must start its reduction only once all its gradients are final), then the
-// reduced gradients (the average over ranks) at every optimizer range, the ranges covering
+// reduced gradients (the average over ranks) at every optimizer slice, the slices covering
 // each element exactly once over the ranks (ZeRO 1/2), the global norm, and the parameters
 // gathered back on every rank. Also the errors of impossible layouts.
 #include "harness.h"
@@ -16,40 +16,34 @@
 enum { L = 3 };
 static uint64_t g_seed;
 
-// four tensors: per-layer, final-norm-like (stage L), per-layer, embedding-like (stage -1)
-static int64_t make_specs(loom_param_spec *s) {
-    const loom_param_spec t[4] = {
-        {"a", 2, {L, 37}, 0, 0, INIT_ZERO, 0, true, true, 0},
-        {"b", 1, {17}, 0, 0, INIT_ZERO, 0, false, false, L},
-        {"c", 2, {L, 50}, 0, 0, INIT_ZERO, 0, true, true, 0},
-        {"d", 1, {29}, 0, 0, INIT_ZERO, 0, true, false, -1},
-    };
-    int64_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        s[i] = t[i];
-        s[i].numel = s[i].ndim == 2 ? s[i].shape[0] * s[i].shape[1] : s[i].shape[0];
-        s[i].offset = off;
-        off += s[i].numel;
+// a layer-major table: an embedding-like tensor (layer -1), two per layer, a final-norm-like one (layer L)
+static void make_table(loom_param_table *t) {
+    *t = (loom_param_table){0};
+    loom_param p = {.name = "d", .layer = -1, .ndim = 1, .shape = {29}, .weight_decay = true};
+    loom_param_table_add(t, &p);
+    for (int l = 0; l < L; l++) {
+        p = (loom_param){.name = "a", .layer = l, .ndim = 1, .shape = {37}, .weight_decay = true};
+        loom_param_table_add(t, &p);
+        p = (loom_param){.name = "c", .layer = l, .ndim = 1, .shape = {50}, .weight_decay = true};
+        loom_param_table_add(t, &p);
     }
-    return off;
+    p = (loom_param){.name = "b", .layer = L, .ndim = 1, .shape = {17}};
+    loom_param_table_add(t, &p);
+    T_ASSERT(loom_param_table_shard(t, 0, 1) == LOOM_OK, "table");
 }
 
-static int stage_of(const loom_param_spec *s, int64_t i) {
-    for (int t = 0; t < 4; t++)
-        if (i >= s[t].offset && i < s[t].offset + s[t].numel)
-            return s[t].per_layer ? (int)((i - s[t].offset) / s[t].shape[1]) : s[t].grad_stage;
-    return -2;
-}
+static int layer_of(const loom_param_table *t, int64_t i) { return t->params[loom_param_table_find(t, i)].layer; }
 
 static float grad(int r, int a, int64_t i) { return (float)loom_rng_normal(g_seed, (uint64_t)(100 * r + a), (uint64_t)i); }
 
 static void run_case(loom_comm *c, loom_backend *be, int zero, int A) {
     int R = loom_comm_rank(c), W = loom_comm_size(c);
-    loom_param_spec specs[4];
-    int64_t N = make_specs(specs);
+    loom_param_table table;
+    make_table(&table);
+    int64_t N = table.num_elements;
     loom_dp *dp;
     double bucket_mb = 40.0 * 4 / (1024 * 1024); // about 40 elements: several buckets
-    T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 4, N, zero, bucket_mb) == LOOM_OK, "create: %s", loom_error_message());
+    T_ASSERT(loom_dp_create(&dp, c, c, be, &table, zero, bucket_mb) == LOOM_OK, "create: %s", loom_error_message());
     float *grads = be->alloc(be, (size_t)N * 4), *params = be->alloc(be, (size_t)N * 4);
     double *want = calloc((size_t)N, sizeof(double)), *scale = calloc((size_t)N, sizeof(double));
     for (int64_t i = 0; i < N; i++) { // the average, and the size of its terms (sums may cancel)
@@ -60,24 +54,25 @@ static void run_case(loom_comm *c, loom_backend *be, int zero, int A) {
     }
     for (int a = 0; a < A; a++) {
         loom_dp_begin_micro_batch(dp, grads, a, A);
-        for (int stage = L; stage >= -1; stage--) { // backward order, gradients final per stage
+        for (int layer = L; layer >= -1; layer--) { // backward order, gradients final per layer
             for (int64_t i = 0; i < N; i++)
-                if (stage_of(specs, i) == stage) grads[i] += grad(R, a, i);
-            loom_dp_grads_ready(dp, stage);
+                if (layer_of(&table, i) == layer) grads[i] += grad(R, a, i);
+            loom_dp_grads_ready(dp, layer);
         }
         T_ASSERT(loom_dp_end_micro_batch(dp) == LOOM_OK, "end micro-batch");
     }
     void *reduced;
     double norm;
     T_ASSERT(loom_dp_reduced_grads(dp, &reduced, &norm) == LOOM_OK, "reduced grads");
+    norm = sqrt(norm);
     int n;
-    const loom_param_range *ranges = loom_dp_ranges(dp, &n);
+    const loom_param_slice *slices = loom_dp_slices(dp, &n);
     int32_t *cover = calloc((size_t)N, sizeof(int32_t));
     double worst = 0, sumsq = 0;
     for (int k = 0; k < n; k++)
-        for (int64_t j = 0; j < ranges[k].numel; j++) {
-            int64_t i = ranges[k].param_offset + j;
-            double g = ((float *)reduced)[ranges[k].state_offset + j], e = fabs(g - want[i]) / scale[i];
+        for (int64_t j = 0; j < slices[k].numel; j++) {
+            int64_t i = slices[k].offset + j;
+            double g = ((float *)reduced)[slices[k].state_offset + j], e = fabs(g - want[i]) / scale[i];
             if (e > worst) worst = e;
             cover[i]++;
             params[i] = 2.0f * (float)g + 1.0f; // an "optimizer update" of this rank's elements
@@ -99,21 +94,26 @@ static void run_case(loom_comm *c, loom_backend *be, int zero, int A) {
     be->free(be, grads);
     be->free(be, params);
     loom_dp_free(dp);
+    loom_param_table_free(&table);
 }
 
 static void test_errors(loom_comm *c, loom_backend *be) {
-    loom_param_spec specs[4];
-    int64_t N = make_specs(specs);
+    loom_param_table table;
+    make_table(&table);
     loom_dp *dp;
-    T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 4, N, 3, 25) == LOOM_EINVAL && strstr(loom_error_message(), "ZeRO stage 3"),
+    T_ASSERT(loom_dp_create(&dp, c, c, be, &table, 3, 25) == LOOM_EINVAL && strstr(loom_error_message(), "ZeRO stage 3"),
              "zero 3: %s", loom_error_message());
-    T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 4, N, 0, 0) == LOOM_EINVAL && strstr(loom_error_message(), "bucket"),
+    T_ASSERT(loom_dp_create(&dp, c, c, be, &table, 0, 0) == LOOM_EINVAL && strstr(loom_error_message(), "bucket"),
              "bucket 0: %s", loom_error_message());
+    loom_param_table_free(&table);
     if (loom_comm_size(c) > 1) {
-        specs[0].numel = 1;
-        T_ASSERT(loom_dp_create(&dp, c, c, be, specs, 1, 1, 0, 25) == LOOM_EINVAL &&
+        loom_param p = {.name = "one", .ndim = 1, .shape = {1}};
+        loom_param_table_add(&table, &p);
+        T_ASSERT(loom_param_table_shard(&table, 0, 1) == LOOM_OK, "one-element table");
+        T_ASSERT(loom_dp_create(&dp, c, c, be, &table, 0, 25) == LOOM_EINVAL &&
                      strstr(loom_error_message(), "exceed the model's 1 parameters"),
                  "more ranks than parameters: %s", loom_error_message());
+        loom_param_table_free(&table);
     }
 }
 

@@ -11,3 +11,29 @@ foreach(case parity resume errors bench_comm)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/dp_tests.sh ${case} $<TARGET_FILE:loom>
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
+# Tensor and sequence parallelism: the training library on a mesh against the one-process run
+# (losses every step, step-1 gradients), under mpirun: ranks tp sp zero
+add_executable(test_tp ${CMAKE_CURRENT_LIST_DIR}/test_tp.c)
+target_compile_options(test_tp PRIVATE ${LOOM_WARNINGS})
+target_include_directories(test_tp PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_tp PRIVATE loomlib)
+foreach(layout "2 2 0 0" "2 2 1 0" "4 4 0 0" "4 4 1 0" "4 2 0 1" "4 2 1 2" "6 2 1 0" "8 4 1 1" "8 2 0 2")
+  separate_arguments(args UNIX_COMMAND "${layout}")
+  list(GET args 0 np)
+  list(GET args 1 tp)
+  list(GET args 2 sp)
+  list(GET args 3 zero)
+  loom_mpi_test(tp_np${np}_tp${tp}_sp${sp}_zero${zero} ${np} test_tp ${tp} ${sp} ${zero} ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()
+# The mesh's groups and coordinates
+add_executable(test_mesh ${CMAKE_CURRENT_LIST_DIR}/test_mesh.c)
+target_compile_options(test_mesh PRIVATE ${LOOM_WARNINGS})
+target_include_directories(test_mesh PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_mesh PRIVATE loomlib)
+loom_mpi_test(mesh_np8 8 test_mesh)
+# `loom train --tp` end to end: parity, resume, errors, sampling
+foreach(case parity resume errors sample)
+  add_test(NAME tp_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tp_tests.sh ${case} $<TARGET_FILE:loom>
+                   $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()

@@ -1,0 +1,253 @@
+// GPT-2's forward and backward passes over one stage; see gpt2.h. The forward pass, block by
+// block (shapes of this shard: Nl residual rows, N all rows, Cl the shard's width):
+//
+//   x = wte[tokens] + wpe[0:T]                                   (Nl,C)   reduce over tp
+//   for each block l:
+//     ln1       = gather(ln1(x))                                  (N,C)
+//     qkv       = ln1 @ qkvw^T + qkvb                             (B,T,3Cl) column-parallel
+//     atty      = causal_attention(qkv)                           (B,T,Cl)  this shard's heads
+//     residual2 = x + reduce(atty @ attprojw^T + attprojb)        (Nl,C)    row-parallel; add fused with ln2
+//     fch       = gather(ln2(residual2)) @ fcw^T + fcb            (N,4Cl)   column-parallel, GELU fused in
+//     x         = residual2 + reduce(gelu(fch) @ fcprojw^T + fcprojb)  (Nl,C) (= residual3)
+//   logits = gather(lnf(x)) @ wte^T                               (N,Vl)    vocabulary-parallel
+//   loss   = mean cross-entropy over the first V logits
+//
+// gather and reduce are the tensor-parallel points of model/hooks.h (the identity on one device).
+#include "model/gpt2_internal.h"
+
+#include <string.h>
+
+static loom_tensor no_tensor(void) { return (loom_tensor){0}; }
+
+// Per-block slice of a stacked activation (slot 0 when the blocks share one).
+static loom_tensor layer(const loom_tensor *t, int i) {
+    return loom_index(t, t->shape[0] == 1 ? 0 : i);
+}
+
+// Profiler ranges around the passes and blocks (NVTX on a GPU; nothing on the CPU).
+static void range_push(loom_gpt2 *m, const char *what, int l) {
+    if (!m->be->range_push) return;
+    char name[32];
+    if (l >= 0) snprintf(name, sizeof name, "%s %d", what, l);
+    m->be->range_push(m->be, l >= 0 ? name : what);
+}
+
+static void range_pop(loom_gpt2 *m) {
+    if (m->be->range_pop) m->be->range_pop(m->be);
+}
+
+static void tp_gather(loom_gpt2 *m, loom_tensor full, loom_tensor local) {
+    if (m->tp.gather) m->tp.gather(m->tp.ctx, full, local);
+}
+
+static void tp_reduce(loom_gpt2 *m, loom_tensor local, loom_tensor full) {
+    if (local.data != full.data && loom_rows(&local) == loom_rows(&full))
+        m->be->copy(m->be, local.data, full.data, loom_nbytes(&full));
+    if (m->tp.reduce) m->tp.reduce(m->tp.ctx, local, full);
+}
+
+// Where the partial products of a layer whose reduced rows go to `local` are summed: local
+// itself when it holds all rows, else the shared (N,C) scratch.
+static loom_tensor partial(const gpt2_views *v, loom_tensor local) {
+    return loom_rows(&local) == v->N ? local : v->proj;
+}
+
+// The input of block l: the stage's input (or embedding) or the previous block's output.
+static loom_tensor block_input(const loom_gpt2 *m, const gpt2_views *v, int l) {
+    int i = l - m->layout.stage.first_block;
+    return i == 0 ? v->a.encoded : layer(&v->a.residual3, i - 1);
+}
+
+// Block l on its input x (Nl,C): writes its activations and residual3 (its output).
+static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor x) {
+    loom_backend *be = m->be;
+    const loom_gpt2_acts *a = &v->a;
+    int i = l - m->layout.stage.first_block;
+    loom_tensor ln1 = layer(&a->ln1, i), qkv = layer(&a->qkv, i), atty = layer(&a->atty, i);
+    loom_tensor residual2 = layer(&a->residual2, i), ln2 = layer(&a->ln2, i);
+    loom_tensor fch = layer(&a->fch, i), fch_gelu = layer(&a->fch_gelu, i), out = v->proj_local;
+    be->layernorm_forward(be, gpt2_mine(m, v, ln1), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i), x,
+                          gpt2_param(m, l, B_LN1W), gpt2_param(m, l, B_LN1B));
+    tp_gather(m, ln1, gpt2_mine(m, v, ln1));
+    be->matmul_forward(be, qkv, ln1, gpt2_param(m, l, B_QKVW), gpt2_param(m, l, B_QKVB));
+    be->attention_forward(be, atty, layer(&a->att_lse, i), qkv, m->NH);
+    be->matmul_forward(be, partial(v, out), atty, gpt2_param(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
+    tp_reduce(m, out, partial(v, out));
+    be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), layer(&a->ln2_mean, i),
+                                   layer(&a->ln2_rstd, i), x, out, gpt2_param(m, l, B_LN2W),
+                                   gpt2_param(m, l, B_LN2B));
+    tp_gather(m, ln2, gpt2_mine(m, v, ln2));
+    be->matmul_gelu_forward(be, fch_gelu, fch, ln2, gpt2_param(m, l, B_FCW), gpt2_param(m, l, B_FCB));
+    be->matmul_forward(be, partial(v, out), fch_gelu, gpt2_param(m, l, B_FCPROJW), gpt2_applied(m, l, B_FCPROJB));
+    tp_reduce(m, out, partial(v, out));
+    be->residual_forward(be, layer(&a->residual3, i), residual2, out);
+}
+
+// Block l's backward from v->dres = d(loss)/d(block output) to d(loss)/d(block input) in v->dres.
+static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor x) {
+    loom_backend *be = m->be;
+    const loom_gpt2_acts *a = &v->a;
+    int i = l - m->layout.stage.first_block;
+    if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, v, l, x); // the block's activations again
+    else if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
+    loom_tensor atty = layer(&a->atty, i);
+    loom_tensor datty = LOOM_VIEW(v->dbtc.data, be->dtype, v->B, v->T, loom_cols(&atty)); // (B,T,Cl)
+    tp_gather(m, v->dfull, v->dres);
+    be->matmul_gelu_backward(be, v->dfch, gpt2_grad(m, l, B_FCPROJW), gpt2_grad(m, l, B_FCPROJB), v->dfull,
+                             layer(&a->fch_gelu, i), gpt2_param(m, l, B_FCPROJW), layer(&a->fch, i));
+    be->matmul_backward(be, v->dbtc, gpt2_grad(m, l, B_FCW), gpt2_grad(m, l, B_FCB), v->dfch, layer(&a->ln2, i),
+                        gpt2_param(m, l, B_FCW));
+    tp_reduce(m, v->dlocal, v->dbtc);
+    be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN2W), gpt2_grad(m, l, B_LN2B), v->dlocal,
+                           layer(&a->residual2, i), gpt2_param(m, l, B_LN2W), layer(&a->ln2_mean, i),
+                           layer(&a->ln2_rstd, i));
+    // dres = d(loss)/d(residual2)
+    tp_gather(m, v->dfull, v->dres);
+    be->matmul_backward(be, datty, gpt2_grad(m, l, B_ATTPROJW), gpt2_grad(m, l, B_ATTPROJB), v->dfull, atty,
+                        gpt2_param(m, l, B_ATTPROJW));
+    be->attention_backward(be, v->dqkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i), m->NH);
+    be->matmul_backward(be, v->dbtc, gpt2_grad(m, l, B_QKVW), gpt2_grad(m, l, B_QKVB), v->dqkv, layer(&a->ln1, i),
+                        gpt2_param(m, l, B_QKVW));
+    tp_reduce(m, v->dlocal, v->dbtc);
+    be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,
+                           gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));
+}
+
+// The embedding (first stage; else the stage's input is copied in), the blocks, and on the last
+// stage the final LayerNorm with its rows gathered into a->lnf.
+static void forward_body(loom_gpt2 *m, const gpt2_views *v, loom_tensor input) {
+    loom_backend *be = m->be;
+    const loom_stage *st = &m->layout.stage;
+    range_push(m, "forward", -1);
+    if (st->embed) {
+        loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, -1);
+        loom_tensor x = v->a.encoded;
+        be->encoder_forward(be, partial(v, x), v->a.tokens, m->p[m->wte], m->p[m->wpe], m->vocab_start);
+        tp_reduce(m, x, partial(v, x));
+    } else {
+        LOOM_CHECK(loom_numel(&input) == loom_numel(&v->a.encoded));
+        be->copy(be, v->a.encoded.data, input.data, loom_nbytes(&v->a.encoded));
+    }
+    for (int l = st->first_block; l < st->first_block + st->num_blocks; l++) {
+        loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, l);
+        range_push(m, "block", l);
+        block_forward(m, v, l, block_input(m, v, l));
+        range_pop(m);
+    }
+    if (st->head) {
+        loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, m->cfg.num_layers);
+        loom_tensor lnf = gpt2_mine(m, v, v->a.lnf);
+        be->layernorm_forward(be, lnf, v->a.lnf_mean, v->a.lnf_rstd, block_input(m, v, st->first_block + st->num_blocks),
+                              m->p[m->lnfw], m->p[m->lnfb]);
+        tp_gather(m, v->a.lnf, lnf);
+    }
+    range_pop(m);
+}
+
+static void crossentropy(loom_gpt2 *m, loom_tensor losses, loom_tensor logits, loom_tensor targets, float dloss,
+                         bool backward) {
+    if (m->tp.crossentropy)
+        m->tp.crossentropy(m->tp.ctx, losses, logits, targets, m->vocab_start, m->cfg.vocab_size, dloss, backward);
+    else
+        m->be->softmax_crossentropy(m->be, losses, logits, targets, m->cfg.vocab_size, dloss, backward);
+}
+
+// Output layer and loss over row chunks; with backward, also dlnf on all rows (into v->dbtc,
+// then reduced into a->dlnf) and dwte +=. Returns the mean loss over the N tokens.
+static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) {
+    loom_backend *be = m->be;
+    const loom_gpt2_acts *a = &v->a;
+    int64_t N = v->N, max_chunk = v->logits.shape[0];
+    int64_t nchunks = (N + max_chunk - 1) / max_chunk, chunk = (N + nchunks - 1) / nchunks; // equal chunks
+    for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+        int64_t r1 = r0 + chunk < N ? r0 + chunk : N, n = r1 - r0;
+        loom_tensor lnf = loom_row_slice(&a->lnf, r0, r1);    // (n,C)
+        loom_tensor logits = loom_row_slice(&v->logits, 0, n); // (n,Vl)
+        loom_tensor losses = LOOM_VIEW((float *)a->losses.data + r0, LOOM_F32, n);
+        loom_tensor targets = LOOM_VIEW((int32_t *)a->targets.data + r0, LOOM_I32, n);
+        be->matmul_forward(be, logits, lnf, m->p[m->wte], no_tensor());
+        crossentropy(m, losses, logits, targets, dloss, backward);
+        if (backward)
+            be->matmul_backward(be, loom_row_slice(&v->dbtc, r0, r1), m->g[m->wte], no_tensor(), logits, lnf,
+                                m->p[m->wte]);
+    }
+    if (backward) tp_reduce(m, a->dlnf, v->dbtc);
+    float *losses = loom_xmalloc((size_t)N * sizeof(float));
+    be->download(be, losses, a->losses.data, (size_t)N * sizeof(float));
+    double sum = 0;
+    for (int64_t i = 0; i < N; i++) sum += losses[i];
+    free(losses);
+    return sum / (double)N;
+}
+
+loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, loom_tensor input, bool backward, float grad_scale,
+                                    double *loss) {
+    LOOM_CHECK(!backward || m->training);
+    gpt2_views v = gpt2_views_of(m, slot);
+    forward_body(m, &v, input);
+    if (!m->layout.stage.head) return layer(&v.a.residual3, m->layout.stage.num_blocks - 1);
+    range_push(m, "head", -1);
+    *loss = head(m, &v, grad_scale / (float)v.N, backward);
+    range_pop(m);
+    return no_tensor();
+}
+
+loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, loom_tensor dout) {
+    LOOM_CHECK(m->training);
+    loom_backend *be = m->be;
+    const loom_stage *st = &m->layout.stage;
+    int L = m->cfg.num_layers, last = st->first_block + st->num_blocks;
+    gpt2_views v = gpt2_views_of(m, slot);
+    range_push(m, "backward", -1);
+    if (st->head) {
+        loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, L);
+        be->zero(be, v.dres.data, loom_nbytes(&v.dres));
+        be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], v.a.dlnf, block_input(m, &v, last),
+                               m->p[m->lnfw], v.a.lnf_mean, v.a.lnf_rstd);
+        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, L);
+    } else {
+        LOOM_CHECK(loom_numel(&dout) == loom_numel(&v.dres));
+        be->copy(be, v.dres.data, dout.data, loom_nbytes(&v.dres));
+    }
+    for (int l = last - 1; l >= st->first_block; l--) {
+        // here dres = d(loss)/d(block l output)
+        loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, l);
+        range_push(m, "block backward", l);
+        block_backward(m, &v, l, block_input(m, &v, l));
+        range_pop(m);
+        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, l);
+    }
+    loom_tensor din = v.dres;
+    if (st->embed) {
+        loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
+        tp_gather(m, v.dfull, v.dres);
+        be->encoder_backward(be, m->g[m->wte], m->g[m->wpe], v.dfull, v.a.tokens, m->vocab_start);
+        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, -1);
+        din = no_tensor();
+    }
+    range_pop(m);
+    return din;
+}
+
+void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits) {
+    // sequence parallelism needs whole row shards: pad the end (causal attention keeps the
+    // padding from changing the earlier positions)
+    int Tp = (T + m->row_shards - 1) / m->row_shards * m->row_shards;
+    int32_t *padded = loom_xcalloc((size_t)Tp, sizeof(int32_t));
+    memcpy(padded, tokens, (size_t)T * sizeof(int32_t));
+    loom_gpt2_set_batch(m, 0, padded, NULL, 1, Tp);
+    free(padded);
+    gpt2_views v = gpt2_views_of(m, 0);
+    forward_body(m, &v, no_tensor());
+    loom_tensor last = loom_row_slice(&v.a.lnf, T - 1, T);
+    loom_tensor out = loom_row_slice(&v.logits, 0, 1);
+    m->be->matmul_forward(m->be, out, last, m->p[m->wte], no_tensor());
+    if (m->tp.gather_vocab) {
+        m->tp.gather_vocab(m->tp.ctx, logits, out);
+        return;
+    }
+    float *raw = loom_xmalloc((size_t)loom_nbytes(&out));
+    m->be->download(m->be, raw, out.data, loom_nbytes(&out));
+    loom_dtype_to_f32(logits, raw, m->be->dtype, (size_t)loom_numel(&out));
+    free(raw);
+}

@@ -1,0 +1,29 @@
+// Private to src/model/gpt2*.c: the views of one call's activations and the helpers the passes
+// share.
+#pragma once
+#include "model/gpt2.h"
+
+// Everything one forward or backward call works on: the slot's activations, the scratch all
+// slots share, and (training) the gradient scratch.
+typedef struct {
+    int64_t B, T, N, Nl;     // tokens (N = B*T) and the residual-stream rows this rank holds
+    loom_gpt2_acts a;        // the slot
+    loom_tensor logits;      // (chunk,Vl) one chunk of output rows
+    loom_tensor proj;        // (N,C) partial products of the row-parallel layers and the embedding
+    loom_tensor proj_local;  // (Nl,C) their reduced rows (proj itself when the rows are not split)
+    loom_tensor dfull, dres; // (N,C) the residual stream's gradient on all rows; (Nl,C) this rank's rows of it
+    loom_tensor dbtc, dlocal; // (N,C) scratch (dlnf, dln2, datty, dln1 on all rows); (Nl,C) its reduced rows (dbtc itself when not split)
+    loom_tensor dqkv, dfch;  // (B,T,3Cl), (N,4Cl)
+} gpt2_views;
+
+// The views of slot `slot` for its micro-batch (gradient views only when training).
+gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot);
+// Tensor k (B_*) of block l, its gradient, and the view a forward adds it through (empty when
+// this shard does not add it: the bias of a row-parallel layer on tp ranks other than 0).
+loom_tensor gpt2_param(const loom_gpt2 *m, int l, int k);
+loom_tensor gpt2_grad(const loom_gpt2 *m, int l, int k);
+loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k);
+// This rank's rows (Nl) of an all-rows tensor (N,...).
+loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full);
+// fp32 host values -> n elements of the backend's dtype at dev
+void gpt2_upload_f32(loom_backend *be, void *dev, const float *host, size_t n);

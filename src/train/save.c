@@ -1,0 +1,88 @@
+// A trainer's checkpoints; see trainer.h and ckpt/checkpoint.h.
+#include "core/log.h"
+#include "train/trainer.h"
+
+#include <string.h>
+
+// value must be the same, bit for bit, on every rank of group c.
+static loom_status same_over(loom_trainer *t, loom_comm *c, double value, const char *what) {
+    int n = loom_comm_size(c);
+    double *all = loom_xmalloc((size_t)n * sizeof(double));
+    loom_status s = loom_allgather(c, &value, all, 1, LOOM_F64, NULL);
+    for (int r = 1; s == LOOM_OK && r < n; r++)
+        if (memcmp(&all[r], &all[0], sizeof(double)) != 0)
+            s = loom_fail(LOOM_EINVAL, "a parallelism bug: please report it",
+                          "%s of rank %d of its group differ from its rank 0's at step %lld", what, r,
+                          (long long)t->st.step);
+    free(all);
+    return s;
+}
+
+static double sumsq(loom_backend *be, const loom_param_table *table, const void *flat, bool replicated_only) {
+    size_t es = loom_dtype_size(be->dtype);
+    double total = 0;
+    for (int i = 0; i < table->count; i++) {
+        const loom_param *p = &table->params[i];
+        if (replicated_only && p->shard.kind != LOOM_SHARD_REPLICATED) continue;
+        int64_t n = p->local_numel;
+        total += be->sumsq(be, loom_view_dims((char *)flat + (size_t)p->offset * es, be->dtype, &n, 1));
+    }
+    return total;
+}
+
+// Every data-parallel replica holds the same parameters (replicated, or gathered after ZeRO's
+// update) and every tp rank the same replicated tensors: their sums of squares, computed in a
+// fixed order, must agree bit for bit.
+static loom_status check_replicas(loom_trainer *t) {
+    const loom_gpt2 *m = t->model;
+    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP], sumsq(t->be, &m->table, m->params, false), "parameters"));
+    return same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(t->be, &m->table, m->params, true), "replicated tensors");
+}
+
+// Replica 0's tp ranks gather their shards; rank 0 writes the whole model file.
+static loom_status save_model(loom_trainer *t, const char *dir) {
+    if (t->dp_rank != 0) return LOOM_OK;
+    const loom_gpt2 *m = t->model;
+    loom_comm *tp = t->mesh->host[LOOM_GROUP_TP];
+    int P = loom_comm_size(tp);
+    size_t n = (size_t)m->num_elements;
+    float *local = loom_xmalloc(n * sizeof(float)), *all = loom_xmalloc(n * (size_t)P * sizeof(float));
+    loom_gpt2_download(m, m->params, local);
+    loom_status s = loom_allgather(tp, local, all, n, LOOM_F32, NULL);
+    if (s == LOOM_OK && t->mesh->rank == 0) {
+        float *file = loom_xcalloc((size_t)m->table.file_elements, sizeof(float));
+        for (int r = 0; r < P; r++) loom_param_table_copy(&m->table, r, all + (size_t)r * n, file, true);
+        s = loom_ckpt_save_model(dir, &t->st, &m->cfg, file, m->table.file_elements);
+        free(file);
+    }
+    free(local);
+    free(all);
+    return s;
+}
+
+// This rank's optimizer state (ZeRO 0: replica 0's ranks hold the state of their shard).
+static loom_status save_state(loom_trainer *t, const char *dir) {
+    if (t->cfg.zero == 0 && t->dp_rank != 0) return LOOM_OK;
+    int64_t sn = loom_dp_state_elements(t->dp);
+    size_t bytes = (size_t)sn * sizeof(float);
+    float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
+    t->be->download(t->be, m, t->opt->m, bytes);
+    t->be->download(t->be, v, t->opt->v, bytes);
+    if (master) t->be->download(t->be, master, t->opt->master, bytes);
+    loom_status s = loom_ckpt_save_state(dir, &t->st, t->mesh->rank, m, v, master, sn);
+    free(m);
+    free(v);
+    free(master);
+    return s;
+}
+
+loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report) {
+    LOOM_TRY(check_replicas(t));
+    loom_status s = save_model(t, dir);
+    if (s == LOOM_OK) s = save_state(t, dir);
+    LOOM_TRY(loom_comm_agree(t->world, s, report));
+    if (t->mesh->rank == 0) s = loom_ckpt_save_meta(dir, &t->st, &t->model->cfg, &t->model->table);
+    LOOM_TRY(loom_comm_agree(t->world, s, report));
+    loom_info("checkpoint %s/model_%08lld.bin\n", dir, (long long)t->st.step);
+    return LOOM_OK;
+}

@@ -1,0 +1,178 @@
+// A trainer's construction: mesh, backend, model shard, tensor and data parallelism, optimizer,
+// fresh or resumed; see trainer.h. Each phase that can fail on some ranks only ends with an
+// agreement, so no rank enters a collective another has left.
+#include "train/trainer.h"
+
+#include "ckpt/llmc_model.h"
+#include "core/log.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AGREE(expr)                                           \
+    do {                                                      \
+        loom_status agree_s_ = loom_comm_agree(t->world, (expr), report); \
+        if (agree_s_ != LOOM_OK) return agree_s_;             \
+    } while (0)
+
+// The checkpoint's layout must be this run's. Errors: LOOM_EINVAL naming both.
+static loom_status check_layout(const loom_trainer *t, int64_t step) {
+    const loom_train_state *st = &t->st;
+    const loom_train_config *c = &t->cfg;
+    if (st->world_size != t->mesh->world_size || st->zero != c->zero)
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's rank count and --zero",
+                         "checkpoint step %lld was trained on %d ranks with ZeRO %d, not %d ranks with ZeRO %d",
+                         (long long)step, st->world_size, st->zero, t->mesh->world_size, c->zero);
+    if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp)
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp and --sp",
+                         "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d, not tp %d pp %d cp %d sp %d",
+                         (long long)step, st->tp, st->pp, st->cp, st->sp, c->tp, c->pp, c->cp, (int)c->sp);
+    if (st->micro_batch != c->batch || st->grad_accum != t->grad_accum || (c->seq && c->seq != st->seq_len))
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --batch, --seq and --global-batch",
+                         "checkpoint step %lld was trained with B=%d T=%d accumulation %d, not B=%d T=%d "
+                         "accumulation %d", (long long)step, st->micro_batch, st->seq_len, st->grad_accum,
+                         c->batch, c->seq ? c->seq : st->seq_len, t->grad_accum);
+    return LOOM_OK;
+}
+
+// Where the run starts: the whole model in the file's order (*file; NULL: initialise from the
+// seed) and its architecture; on resume also t->st.
+static loom_status read_start(loom_trainer *t, loom_gpt2_config *cfg, float **file, int64_t *resumed) {
+    const loom_train_config *c = &t->cfg;
+    int64_t n;
+    *file = NULL;
+    *resumed = -1;
+    *cfg = c->model;
+    if (c->resume) LOOM_TRY(loom_ckpt_latest(c->resume, resumed));
+    if (*resumed >= 0) {
+        LOOM_TRY(loom_ckpt_load_meta(c->resume, *resumed, &t->st));
+        LOOM_TRY(check_layout(t, *resumed));
+        return loom_ckpt_load_model(c->resume, *resumed, cfg, file, &n);
+    }
+    if (c->init) LOOM_TRY(loom_llmc_read(c->init, cfg, file, &n));
+    t->st = (loom_train_state){.seed = c->seed, .micro_batch = c->batch,
+                               .seq_len = c->seq ? c->seq : cfg->max_seq_len, .grad_accum = t->grad_accum};
+    return LOOM_OK;
+}
+
+// The model shard, its activations, tensor and data parallelism, and the optimizer.
+static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, const float *file) {
+    const loom_train_config *c = &t->cfg;
+    loom_mesh *mesh = t->mesh;
+    loom_gpt2_layout layout = {loom_gpt2_whole(cfg), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp};
+    LOOM_TRY(loom_gpt2_create_layout(&t->model, t->be, cfg, &layout));
+    loom_gpt2 *m = t->model;
+    if (file) loom_gpt2_set_params(m, file);
+    else loom_gpt2_init(m, c->seed);
+    m->recompute = c->recompute;
+    LOOM_TRY(loom_gpt2_alloc(m, c->batch, t->st.seq_len, true));
+    if (c->tp > 1) {
+        LOOM_TRY(loom_tp_create(&t->tp, mesh->dev[LOOM_GROUP_TP], mesh->host[LOOM_GROUP_TP], t->be, c->sp, m->logits_chunk));
+        loom_tp_attach(t->tp, &m->tp, &m->hooks, &m->table, m->grads);
+    }
+    LOOM_TRY(loom_dp_create(&t->dp, mesh->dev[LOOM_GROUP_DP_CP], mesh->host[LOOM_GROUP_DP_CP], t->be, &m->table,
+                            c->zero, c->bucket_mb));
+    loom_hooks_add(&m->hooks, LOOM_HOOK_GRADS, loom_dp_grads_ready, t->dp);
+    int n;
+    const loom_param_slice *slices = loom_dp_slices(t->dp, &n);
+    LOOM_TRY(loom_adamw_create(&t->opt, t->be, &m->table, slices, n, loom_dp_state_elements(t->dp)));
+    t->inputs = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
+    t->targets = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
+    return LOOM_OK;
+}
+
+// Resume: this rank's optimizer state from checkpoint `step` (ZeRO 0: replica 0's of its shard).
+static loom_status load_state(loom_trainer *t, int64_t step) {
+    const loom_train_state *st = &t->st;
+    if (loom_dp_bucket_elements(t->dp) != st->bucket_elements)
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --bucket-mb",
+                         "checkpoint step %lld used buckets of %lld elements, this run %lld", (long long)step,
+                         (long long)st->bucket_elements, (long long)loom_dp_bucket_elements(t->dp));
+    int64_t sn = loom_dp_state_elements(t->dp);
+    size_t bytes = (size_t)sn * sizeof(float);
+    float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
+    bool has_master;
+    int file = t->cfg.zero == 0 ? loom_mesh_replica0(t->mesh) : t->mesh->rank;
+    loom_status s = loom_ckpt_load_state(t->cfg.resume, st, file, m, v, master, &has_master, sn);
+    if (s == LOOM_OK) {
+        t->be->upload(t->be, t->opt->m, m, bytes);
+        t->be->upload(t->be, t->opt->v, v, bytes);
+        if (has_master) t->be->upload(t->be, t->opt->master, master, bytes);
+        else loom_adamw_init_master(t->opt, t->model->params, t->model->num_elements);
+        t->opt->t = st->step;
+    }
+    free(m);
+    free(v);
+    free(master);
+    return s;
+}
+
+// The layout a run is saved and resumed with.
+static void set_layout(loom_trainer *t) {
+    const loom_train_config *c = &t->cfg;
+    t->st.world_size = t->mesh->world_size;
+    t->st.zero = c->zero;
+    t->st.state_files = c->zero == 0 ? t->mesh->world_size / t->dp_size : t->mesh->world_size;
+    t->st.bucket_elements = loom_dp_bucket_elements(t->dp);
+    t->st.tp = c->tp, t->st.pp = c->pp, t->st.cp = c->cp, t->st.sp = c->sp;
+}
+
+static loom_status build(loom_trainer *t, bool *report) {
+    const loom_train_config *c = &t->cfg;
+    AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp));
+    t->dp_rank = loom_mesh_rank(t->mesh, LOOM_GROUP_DP);
+    t->dp_size = loom_mesh_size(t->mesh, LOOM_GROUP_DP);
+    int global = c->global_batch ? c->global_batch : c->batch * t->dp_size;
+    t->grad_accum = global / (c->batch * t->dp_size);
+    int threads = c->threads ? c->threads : omp_get_num_procs() / loom_comm_local_size(t->world);
+    omp_set_num_threads(threads > 0 ? threads : 1);
+    AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
+    if (t->be->stream) AGREE(loom_mesh_attach_device(t->mesh, t->be->stream, c->device_comm));
+    loom_gpt2_config cfg;
+    float *file = NULL;
+    int64_t resumed;
+    loom_status s = read_start(t, &cfg, &file, &resumed);
+    if (s == LOOM_OK) s = build_parallel(t, &cfg, file);
+    free(file);
+    AGREE(s);
+    if (resumed >= 0) AGREE(load_state(t, resumed));
+    else loom_adamw_init_master(t->opt, t->model->params, t->model->num_elements);
+    set_layout(t);
+    return LOOM_OK;
+}
+
+loom_status loom_trainer_create(loom_trainer **out, loom_comm *world, const loom_train_config *cfg, bool *report) {
+    loom_trainer *t = loom_xcalloc(1, sizeof *t);
+    t->cfg = *cfg;
+    t->world = world;
+    loom_status s = build(t, report);
+    if (s != LOOM_OK) {
+        loom_trainer_free(t);
+        t = NULL;
+    } else if (!t->cfg.global_batch) {
+        t->cfg.global_batch = t->cfg.batch * t->dp_size;
+    }
+    *out = t;
+    return s;
+}
+
+void loom_trainer_free(loom_trainer *t) {
+    if (!t) return;
+    free(t->inputs);
+    free(t->targets);
+    loom_adamw_free(t->opt);
+    loom_dp_free(t->dp);
+    loom_tp_free(t->tp);
+    loom_gpt2_free(t->model);
+    loom_mesh_free(t->mesh); // before the backend: NCCL groups wait on its stream
+    loom_backend_destroy(t->be);
+    free(t);
+}
+
+void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer) {
+    size_t pbytes = (size_t)t->model->num_elements * loom_dtype_size(t->be->dtype);
+    *params_grads = 2 * pbytes;
+    *acts = loom_gpt2_memory_bytes(t->model) - 2 * pbytes;
+    *optimizer = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
+}

@@ -1,0 +1,99 @@
+// The training step as a library (DESIGN.md, src/train): a trainer owns one rank's share of a
+// run — the device mesh, the backend, its model shard, tensor and data parallelism and the
+// optimizer — and runs optimizer steps, evaluations and checkpoints. `loom train` and
+// `loom bench` both drive it; the CLI parses, prints and calls.
+//
+// A step over the global batch (G sequences of B x T tokens), on a rank with data-parallel
+// index d of D and A = G / (D B) micro-batches:
+//   for a in 0..A-1:   micro-batch index step x G/B + d x A + a of the data order (every rank of
+//                      a tensor-parallel group reads the same); forward and backward, the
+//                      gradient reductions starting from the model's hooks
+//   loss:              averaged over the data-parallel ranks
+//   gradient norm:     summed over data-parallel pieces and model-parallel ranks, each parameter
+//                      once; clipping by it
+//   AdamW on this rank's state, the updated parameters gathered (ZeRO 1/2)
+// so a run computes the same mathematics on every mesh (DESIGN principle 2).
+#pragma once
+#include "backend/backend.h"
+#include "ckpt/checkpoint.h"
+#include "comm/comm.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mesh.h"
+#include "parallel/tensor_parallel.h"
+
+#include <stdbool.h>
+
+typedef struct {
+    loom_gpt2_config model;  // the architecture of a fresh run (ignored with init or a resume)
+    const char *init;        // an llm.c model file to start from, or NULL
+    int batch, seq;          // micro-batch B (sequences) and sequence length T (0: the model's maximum)
+    int global_batch;        // sequences per optimizer step over all data-parallel ranks
+    int tp, pp, cp;          // mesh degrees (dp is what the world leaves)
+    bool sp;                 // sequence parallelism over the tp ranks
+    int zero;                // ZeRO stage 0, 1, 2
+    double bucket_mb;        // gradient bucket size (MiB)
+    loom_recompute recompute;
+    loom_adamw_config adamw;
+    loom_lr_schedule lr;
+    uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding
+    const char *device, *precision; // loom_backend_open's names
+    const char *device_comm; // "nccl" or "mpi" (staged through the host) for GPU buffers
+    int threads;             // CPU threads (0: the host's cores shared among its ranks)
+    const char *resume;      // a checkpoint folder to continue from (its newest step), or NULL
+} loom_train_config;
+
+// Writes micro-batch `index` of the data order: inputs, targets (B,T) int32, host memory.
+typedef void (*loom_batch_fn)(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets);
+
+typedef struct {
+    loom_train_config cfg;
+    loom_comm *world;          // every rank of the run (not owned)
+    loom_mesh *mesh;
+    loom_backend *be;
+    loom_gpt2 *model;          // this rank's stage and tensor-parallel shard
+    loom_tp *tp;               // tensor parallelism (NULL with tp 1)
+    loom_dp *dp;               // data parallelism over the same shard of the other replicas
+    loom_adamw *opt;           // over this rank's state
+    int dp_rank, dp_size, grad_accum; // grad_accum: micro-batches per rank and step
+    loom_train_state st;       // step, data position, layout; resumed or fresh
+    int32_t *inputs, *targets; // (B,T) host
+    void *reduced;             // the averaged gradients of the last backward (optimizer-state order)
+    bool timed;                // synchronise to time the step's phases
+    double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches and update (when timed)
+} loom_trainer;
+
+// One rank's share of a run: mesh, backend (openmp threads), model (fresh from cfg->init or
+// cfg->model and cfg->seed, or resumed from cfg->resume's newest checkpoint, if any), tensor
+// and data parallelism, optimizer. Collective over world; cfg->global_batch (0: dp x batch)
+// must divide by dp x batch. Errors, agreed across ranks (*report is true on the one rank that
+// should print): e.g. LOOM_EINVAL for a layout that cannot work or a checkpoint made on another
+// mesh or batch layout; *out is then NULL.
+loom_status loom_trainer_create(loom_trainer **out, loom_comm *world, const loom_train_config *cfg, bool *report);
+void loom_trainer_free(loom_trainer *t);
+
+typedef struct {
+    double loss, norm; // the global mean loss and the gradient norm before clipping
+    float lr;
+} loom_step_result;
+
+// Optimizer step t->st.step over the global batch: loom_train_backward, then loom_train_update.
+// Errors: a communication failure (the same on every rank).
+loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
+// Its halves: the micro-batches' forward and backward with the gradient reductions (after it,
+// t->reduced holds the averaged gradients the update reads; with ZeRO 0 that is the model's
+// whole gradient buffer), the global loss, norm and learning rate; then the update of this
+// rank's state, the parameters gathered, and t->st advanced.
+loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
+loom_status loom_train_update(loom_trainer *t, const loom_step_result *r);
+// Mean loss over micro-batches 0..n-1 of `batch` (data-parallel rank d takes d, d + D, ...).
+loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int n, double *loss);
+// Saves step t->st.step into dir on every rank (model file gathered to rank 0, each rank's
+// optimizer state, the metadata last). Errors: agreed across ranks (*report is true on the one
+// rank that should print).
+loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report);
+
+// Memory per rank in bytes: parameters + gradients, activations, optimizer state.
+void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer);

@@ -1,0 +1,139 @@
+// The stage API a pipeline schedule drives, on fresh random inputs (CPU, fp32):
+// - two micro-batches in flight in two slots (forward 0, forward 1, backward 1, backward 0)
+//   give the losses of the one-slot path bit for bit and its accumulated gradients within 1e-6;
+// - the model cut into two stages in one process (embedding + block 0 | blocks 1..L-1 + head,
+//   the head stage with its own copy of the tied wte), the activation and its gradient handed
+//   across, gives the whole model's loss and every gradient bit for bit (wte: the two copies'
+//   gradients summed, within 1e-6);
+// - the hooks run before each layer's forward and backward and when its gradients are final,
+//   in the order a backward pass makes them final (L, L-1, ..., 0, -1).
+#include "harness.h"
+
+#include "model/gpt2.h"
+
+#include <string.h>
+
+enum { B = 2, T = 13 };
+
+static loom_gpt2_config tiny(void) {
+    return (loom_gpt2_config){.max_seq_len = 24, .vocab_size = 97, .padded_vocab_size = 128, .num_layers = 3,
+                              .num_heads = 2, .channels = 16};
+}
+
+static loom_gpt2 *model(loom_backend *be, const loom_stage *stage, int slots) {
+    loom_gpt2_config cfg = tiny();
+    loom_gpt2_layout layout = {*stage, 0, 1, false};
+    loom_gpt2 *m;
+    LOOM_CHECK(loom_gpt2_create_layout(&m, be, &cfg, &layout) == LOOM_OK);
+    loom_gpt2_init(m, 5);
+    m->slots = slots;
+    LOOM_CHECK(loom_gpt2_alloc(m, B, T, true) == LOOM_OK);
+    loom_gpt2_zero_grads(m);
+    return m;
+}
+
+static float *file_grads(loom_gpt2 *m) {
+    float *g = calloc((size_t)loom_gpt2_file_elements(&m->cfg), sizeof(float));
+    loom_gpt2_get_grads(m, g);
+    return g;
+}
+
+static void test_slots(loom_backend *be, const int32_t *x, const int32_t *y) {
+    loom_gpt2_config cfg = tiny();
+    loom_stage whole = loom_gpt2_whole(&cfg);
+    loom_gpt2 *one = model(be, &whole, 1), *two = model(be, &whole, 2);
+    double l0 = loom_gpt2_forward_backward(one, x, y, B, T, 0.5f);
+    double l1 = loom_gpt2_forward_backward(one, x + B * T, y + B * T, B, T, 0.5f);
+    double s0, s1;
+    loom_gpt2_set_batch(two, 0, x, y, B, T);
+    loom_gpt2_set_batch(two, 1, x + B * T, y + B * T, B, T);
+    loom_gpt2_stage_forward(two, 0, (loom_tensor){0}, true, 0.5f, &s0);
+    loom_gpt2_stage_forward(two, 1, (loom_tensor){0}, true, 0.5f, &s1);
+    loom_gpt2_stage_backward(two, 1, (loom_tensor){0});
+    loom_gpt2_stage_backward(two, 0, (loom_tensor){0});
+    T_ASSERT(s0 == l0 && s1 == l1, "slot losses %.9f %.9f vs %.9f %.9f", s0, s1, l0, l1);
+    float *ga = file_grads(one), *gb = file_grads(two);
+    double e = t_max_rel_err(gb, ga, (size_t)one->num_elements);
+    T_ASSERT(e < 1e-6, "two slots' gradients vs one slot: %g", e);
+    T_ASSERT(loom_gpt2_memory_bytes(two) > loom_gpt2_memory_bytes(one), "a second slot takes memory");
+    free(ga);
+    free(gb);
+    loom_gpt2_free(one);
+    loom_gpt2_free(two);
+}
+
+static void test_two_stages(loom_backend *be, const int32_t *x, const int32_t *y) {
+    loom_gpt2_config cfg = tiny();
+    loom_stage whole = loom_gpt2_whole(&cfg), first = {0, 1, true, false}, last = {1, cfg.num_layers - 1, false, true};
+    loom_gpt2 *w = model(be, &whole, 1), *a = model(be, &first, 1), *b = model(be, &last, 1);
+    double lw = loom_gpt2_forward_backward(w, x, y, B, T, 1.0f), la = 0, lb;
+    loom_gpt2_set_batch(a, 0, x, NULL, B, T);
+    loom_gpt2_set_batch(b, 0, NULL, y, B, T);
+    loom_tensor act = loom_gpt2_stage_forward(a, 0, (loom_tensor){0}, true, 1.0f, &la);
+    loom_gpt2_stage_forward(b, 0, act, true, 1.0f, &lb);
+    loom_tensor dact = loom_gpt2_stage_backward(b, 0, (loom_tensor){0});
+    loom_tensor none = loom_gpt2_stage_backward(a, 0, dact);
+    T_ASSERT(lb == lw && none.data == NULL, "two stages' loss %.9f vs %.9f", lb, lw);
+    float *gw = file_grads(w), *ga = file_grads(a), *gb = file_grads(b);
+    loom_gpt2_tensor f[LOOM_GPT2_NUM_TENSORS];
+    loom_gpt2_file_layout(&cfg, f);
+    for (int t = 0; t < LOOM_GPT2_NUM_TENSORS; t++) {
+        const loom_gpt2_tensor *s = &f[t];
+        int64_t differ = 0;
+        double worst = 0;
+        for (int64_t i = s->offset; i < s->offset + s->numel; i++) {
+            // a tensor's elements lie in one stage (wte in both: the sum)
+            bool in_a = t == P_WTE || t == P_WPE || (s->per_layer && i - s->offset < s->numel / cfg.num_layers);
+            float g = t == P_WTE ? ga[i] + gb[i] : in_a ? ga[i] : gb[i];
+            differ += memcmp(&g, &gw[i], sizeof g) != 0;
+            worst = fmax(worst, fabs((double)g - gw[i]));
+        }
+        if (t == P_WTE) T_ASSERT(worst < 1e-6 * t_max_abs(gw + s->offset, (size_t)s->numel), "wte gradient %g", worst);
+        else T_ASSERT(differ == 0, "gradient of %s: %lld values differ", s->name, (long long)differ);
+    }
+    free(gw);
+    free(ga);
+    free(gb);
+    loom_gpt2_free(w);
+    loom_gpt2_free(a);
+    loom_gpt2_free(b);
+}
+
+typedef struct {
+    char seen[64];
+    int n;
+} trace;
+
+static void record(trace *tr, char kind, int layer) {
+    if (tr->n + 2 < (int)sizeof tr->seen) tr->seen[tr->n++] = kind, tr->seen[tr->n++] = (char)('1' + layer);
+}
+static void on_forward(void *ctx, int layer) { record(ctx, 'f', layer); }
+static void on_backward(void *ctx, int layer) { record(ctx, 'b', layer); }
+static void on_grads(void *ctx, int layer) { record(ctx, 'g', layer); }
+
+static void test_hooks(loom_backend *be, const int32_t *x, const int32_t *y) {
+    loom_gpt2_config cfg = tiny();
+    loom_stage whole = loom_gpt2_whole(&cfg);
+    loom_gpt2 *m = model(be, &whole, 1);
+    trace tr = {{0}, 0};
+    loom_hooks_add(&m->hooks, LOOM_HOOK_FORWARD, on_forward, &tr);
+    loom_hooks_add(&m->hooks, LOOM_HOOK_BACKWARD, on_backward, &tr);
+    loom_hooks_add(&m->hooks, LOOM_HOOK_GRADS, on_grads, &tr);
+    loom_gpt2_forward_backward(m, x, y, B, T, 1.0f);
+    // layers as '1' + layer: -1 -> '0', 0..2 -> '1'..'3', L = 3 -> '4'
+    T_ASSERT(strcmp(tr.seen, "f0f1f2f3f4b4g4b3g3b2g2b1g1b0g0") == 0, "hook order %s", tr.seen);
+    loom_gpt2_free(m);
+}
+
+int main(void) {
+    t_seed();
+    loom_backend *be;
+    if (loom_backend_create(&be, "cpu", LOOM_F32) != LOOM_OK) return 1;
+    int32_t x[2 * B * T], y[2 * B * T];
+    for (int i = 0; i < 2 * B * T; i++) x[i] = t_randint(0, 96), y[i] = t_randint(0, 96);
+    test_slots(be, x, y);
+    test_two_stages(be, x, y);
+    test_hooks(be, x, y);
+    loom_backend_destroy(be);
+    return t_done("gpt2_stage");
+}
