@@ -5,10 +5,12 @@
 # CPU), compute-sanitizer (memcheck on the op tests' small shapes and on the model fixtures in
 # fp32 and bf16, racecheck on the op tests' small shapes), with --bench the
 # training benchmarks beside the PyTorch peer (scripts/bench_gpu.sh) and the attention
-# benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), and
-# print a summary table last (with --bench, the two benchmark tables after it).
+# benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), with
+# --tp tensor parallelism's CUDA path with ranks sharing the GPU (scripts/tp_gpu.sh), and
+# print a summary table last (with --bench or --tp, their tables after it).
+# LOOM_SKIP_SANITIZERS=1 leaves out the compute-sanitizer steps.
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
-#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --build-only]
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -85,17 +87,23 @@ if [ ! -x "$BUILD/tests/test_cuda_backend" ]; then
 fi
 [ "${1:-}" = "--build-only" ] && { summary; exit 0; }
 step "cuda op tests" "$BUILD/tests/test_cuda_backend" || failed=1
-step "gpt2 fixtures on GPU (ctest)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|gpt2_devices' \
+step "cuda ctest (fixtures, staged comm)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|gpt2_devices' \
     --output-on-failure || failed=1
 step "gpt2 GPU vs CPU" "$BUILD/tests/test_gpt2_devices" || failed=1
-step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
-    --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
-for precision in fp32 bf16; do # the whole model: forward, backward, AdamW steps
-    step "memcheck (fixtures, $precision)" compute-sanitizer --tool memcheck --leak-check full \
-        --error-exitcode 99 "$BUILD/tests/test_gpt2_fixture" "$ROOT/tests/fixtures" cuda $precision || failed=1
-done
-step "racecheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
-    --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+if [ -z "${LOOM_SKIP_SANITIZERS:-}" ]; then
+    step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
+        --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+    for precision in fp32 bf16; do # the whole model: forward, backward, AdamW steps
+        step "memcheck (fixtures, $precision)" compute-sanitizer --tool memcheck --leak-check full \
+            --error-exitcode 99 "$BUILD/tests/test_gpt2_fixture" "$ROOT/tests/fixtures" cuda $precision || failed=1
+    done
+    step "racecheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
+        --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+fi
+if [ "${1:-}" = "--tp" ]; then
+    OUTDIR=${OUT:-/tmp}
+    step "tensor parallel on the GPU" sh -c "bash '$ROOT/scripts/tp_gpu.sh' > '$OUTDIR/tp_gpu.txt' 2>&1" || failed=1
+fi
 if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
     step "bench gpt2 (loom, pytorch)" sh -c "bash '$ROOT/scripts/bench_gpu.sh' | tee '$OUTDIR/bench_gpt2.md'" || failed=1
@@ -104,6 +112,9 @@ if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GP
         failed=1
 fi
 summary
+if [ "${1:-}" = "--tp" ]; then
+    echo; sed -n '/^| check/,$p' "$OUTDIR/tp_gpu.txt"
+fi
 if [ "${1:-}" = "--bench" ]; then
     echo; cat "$OUTDIR/bench_gpt2.md"
     echo; python3 "$ROOT/bench/peer/attention_ratio.py" "$OUTDIR/bench_loom_attention.md" "$OUTDIR/bench_torch_attention.md"

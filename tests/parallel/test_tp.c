@@ -1,6 +1,8 @@
-// Tensor (and sequence) parallelism against the one-process run, through the training library
-// on the CPU, under mpirun -np N:
-//   test_tp TP SP ZERO FIXTURES
+// Tensor (and sequence) parallelism against the one-process run, through the training library,
+// under mpirun -np N:
+//   test_tp TP SP ZERO FIXTURES [DEVICE]
+// DEVICE (default cpu) runs the mesh there in fp32 (cuda: the ranks share the GPUs, their
+// collectives staged through host memory over MPI); the one-process run is on the CPU.
 // The mesh is N/TP data-parallel replicas of TP tensor-parallel ranks; micro-batches of B=2
 // sequences of T=16 tokens, a global batch of 2 x dp x B (2 micro-batches accumulated per rank),
 // 10 steps of AdamW with warmup, cosine decay and clipping from the fixture model. Rank 0 first
@@ -26,13 +28,13 @@ static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *ta
     }
 }
 
-static loom_train_config config(const char *init, int tp, bool sp, int zero, int dp) {
+static loom_train_config config(const char *init, int tp, bool sp, int zero, int dp, const char *device) {
     return (loom_train_config){.init = init, .batch = B, .seq = T, .global_batch = 2 * dp * B, .tp = tp, .pp = 1,
                                .cp = 1, .sp = sp, .zero = zero, .bucket_mb = 0.01, .seed = 7,
                                .adamw = {.lr = 5e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                          .weight_decay = 0.1f, .grad_clip = 1.0f, .seed = 7},
                                .lr = {LOOM_LR_COSINE, 5e-4f, 5e-5f, 2, STEPS},
-                               .device = "cpu", .precision = "fp32", .device_comm = "nccl", .threads = 1};
+                               .device = device, .precision = "fp32", .device_comm = "mpi", .threads = 1};
 }
 
 // Step-1 gradients in the model file's order on rank 0 (every tp group gathers its own).
@@ -73,7 +75,8 @@ static void train(loom_comm *world, const loom_train_config *c, double *losses, 
 
 int main(int argc, char **argv) {
     loom_comm *world, *solo;
-    if (loom_comm_world(&argc, &argv, &world) != LOOM_OK || argc != 5) return 2;
+    if (loom_comm_world(&argc, &argv, &world) != LOOM_OK || argc < 5) return 2;
+    const char *device = argc > 5 ? argv[5] : "cpu";
     int tp = atoi(argv[1]), zero = atoi(argv[3]), rank = loom_comm_rank(world), W = loom_comm_size(world);
     bool sp = atoi(argv[2]) != 0;
     char init[4200];
@@ -83,11 +86,11 @@ int main(int argc, char **argv) {
     double ref[STEPS], got[STEPS], ref_norm = 0, norm = 0;
     float *ref_grads = NULL, *grads = NULL;
     if (rank == 0) {
-        loom_train_config one = config(init, 1, false, 0, W / tp);
+        loom_train_config one = config(init, 1, false, 0, W / tp, "cpu");
         one.global_batch = 2 * (W / tp) * B; // the same global batch, accumulated in one process
         train(solo, &one, ref, &ref_grads, &ref_norm, V);
     }
-    loom_train_config c = config(init, tp, sp, zero, W / tp);
+    loom_train_config c = config(init, tp, sp, zero, W / tp, device);
     train(world, &c, got, &grads, &norm, V);
     if (rank == 0) {
         double worst = 0;
@@ -105,8 +108,8 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < n; i++) dd += pow((double)grads[i] - ref_grads[i], 2), bb += pow(ref_grads[i], 2);
             T_ASSERT(sqrt(dd / bb) < 1e-5, "step-1 gradients: relative norm error %.3g", sqrt(dd / bb));
         }
-        printf("tp %d%s x dp %d, ZeRO %d: %d steps, worst loss rel err %.2g", tp, sp ? " (sp)" : "", W / tp, zero, STEPS,
-               worst);
+        printf("%s: tp %d%s x dp %d, ZeRO %d: %d steps, worst loss rel err %.2g", device, tp, sp ? " (sp)" : "", W / tp,
+               zero, STEPS, worst);
         if (grads) printf(", step-1 gradient rel err %.2g", sqrt(dd / bb));
         printf("\n");
     }

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Tensor parallelism's CUDA path on a one-GPU machine, after scripts/device_gpu.sh has built
+# build-gpu (it calls this with --tp). The ranks of a layout share the GPU, their collectives
+# staged through host memory over MPI (--device-comm mpi), as NCCL refuses two ranks on one GPU.
+#   1. fp32: test_tp on cuda (tp 2; tp 4 --sp; tp 2 x dp 2 --sp ZeRO 1) against the one-process
+#      CPU run: losses every step and step-1 gradients within 1e-5
+#   2. bf16: `loom train` gpt2-mini (L=4) 50 steps on the fixture shard, tp 2 --sp and tp 4 on the
+#      GPU beside one process on the GPU, each against the fp32 CPU run: the largest loss
+#      difference over the 50 steps (one-GPU bf16's is the bf16 noise the tp runs should match)
+#   3. bench-comm on 2 ranks sharing the GPU: NCCL refuses with one line naming the shared GPU;
+#      --device-comm mpi prints the table
+#   4. loom bench gpt2 B=16 T=1024 (one GPU, bf16): the step after the restructure
+# Prints a table last. Exit 1 when a check failed.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=$ROOT/build-gpu
+LOOM=$BUILD/loom
+FIX=$ROOT/tests/fixtures
+WORK=$(mktemp -d /tmp/loom_tp_gpu_XXXXXX)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+declare -a ROWS
+failed=0
+row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); }
+
+# 1. fp32 on the GPU against the CPU
+for layout in "2 2 0 0" "4 4 1 0" "4 2 1 1"; do
+    read -r np tp sp zero <<<"$layout"
+    out=$(timeout 300 mpirun -np "$np" "$BUILD/tests/test_tp" "$tp" "$sp" "$zero" "$FIX" cuda 2>&1)
+    rc=$?
+    echo "$out"
+    line=$(echo "$out" | grep '^cuda: tp' | sed 's/^cuda: //')
+    [ $rc -eq 0 ] || { failed=1; line="FAIL (exit $rc) $line"; }
+    row "fp32 cuda vs cpu, $np ranks" "$line"
+done
+
+# 2. bf16 loss curves against the fp32 CPU run
+ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 50
+      --lr 1e-3 --warmup 5 --seed 3)
+losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+worst() { paste <(losses "$1") <(losses "$WORK/cpu.jsonl") |
+          awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }
+"$LOOM" train "${ARGS[@]}" --device cpu --metrics "$WORK/cpu.jsonl" >"$WORK/cpu.log" 2>&1 ||
+    { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/cpu.log")"; }
+"$LOOM" train "${ARGS[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
+    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
+for layout in "2 --tp 2 --sp" "4 --tp 4"; do
+    read -r np flags <<<"$layout"
+    name=$(echo "$np$flags" | tr -d ' -')
+    # shellcheck disable=SC2086
+    if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision bf16 --device-comm mpi \
+        --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+        row "bf16 cuda, $np ranks $flags" "$(worst "$WORK/$name.jsonl")"
+    else
+        failed=1
+        row "bf16 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
+    fi
+    grep -E "mesh|memory|peak" "$WORK/$name.log"
+done
+cat "$WORK/cpu.log" | grep -E "^step +(1|10|50)/"
+
+# 3. bench-comm with 2 ranks on one GPU
+out=$(timeout 120 mpirun -np 2 "$LOOM" bench-comm --device cuda --max-bytes 1M 2>&1)
+n=$(echo "$out" | grep -c 'loom: error: .*share GPU')
+[ "$n" -eq 1 ] && row "bench-comm nccl, 2 ranks on 1 GPU" "one line: $(echo "$out" | grep -o 'ranks 0 and 1 share GPU [^,]*')" ||
+    { failed=1; row "bench-comm nccl, 2 ranks on 1 GPU" "FAIL: $(echo "$out" | tail -2 | tr '\n' ' ')"; }
+out=$(timeout 120 mpirun -np 2 "$LOOM" bench-comm --device cuda --device-comm mpi --op allreduce --max-bytes 64M 2>&1)
+echo "$out"
+echo "$out" | grep -q '^  allreduce .*67108864' && row "bench-comm mpi (staged), 2 ranks" "$(echo "$out" | grep '67108864' | awk '{print "64 MiB allreduce busbw " $7 " GB/s"}')" ||
+    { failed=1; row "bench-comm mpi (staged)" "FAIL"; }
+
+# 4. the one-GPU step
+out=$("$LOOM" bench --model gpt2 --batch 16 --seq 1024 --steps 10 --warmup 3 2>&1)
+echo "$out"
+row "loom bench gpt2 B=16 T=1024" "$(echo "$out" | tail -1 | awk -F'|' '{print "step " $2 "ms, " $6 " tok/s, MFU" $10}')"
+
+echo
+printf '| %-46s | %-60s |\n' "check" "result"
+printf '|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..62})"
+printf '%s\n' "${ROWS[@]}"
+rm -rf "$WORK"
+exit $failed
