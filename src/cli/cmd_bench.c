@@ -52,14 +52,16 @@ static double matmul_rate(loom_backend *be, int64_t n) {
     return 2.0 * (double)(n * n * n) / median(t, 5);
 }
 
-// The same random tokens for every micro-batch: ctx is the config.
+// The same random tokens for every micro-batch, made once.
+typedef struct {
+    int32_t *inputs, *targets;
+    size_t n;
+} random_tokens;
+
 static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
-    const loom_train_config *c = ctx;
-    size_t n = (size_t)c->batch * (size_t)c->seq;
-    for (size_t i = 0; i < n; i++) {
-        inputs[i] = (int32_t)loom_rng_below(7, 1, i, (uint64_t)c->model.vocab_size);
-        targets[i] = (int32_t)loom_rng_below(7, 2, i, (uint64_t)c->model.vocab_size);
-    }
+    const random_tokens *r = ctx;
+    memcpy(inputs, r->inputs, r->n * sizeof(int32_t));
+    memcpy(targets, r->targets, r->n * sizeof(int32_t));
 }
 
 // Median seconds of the forward, the step's micro-batches (forward + backward) and its update.
@@ -67,18 +69,26 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
     loom_train_config *c = &t->cfg;
     double *tf = loom_xmalloc((size_t)steps * sizeof(double)), *tfb = loom_xmalloc((size_t)steps * sizeof(double));
     double *to = loom_xmalloc((size_t)steps * sizeof(double));
+    random_tokens tokens = {loom_xmalloc((size_t)c->batch * c->seq * sizeof(int32_t)),
+                            loom_xmalloc((size_t)c->batch * c->seq * sizeof(int32_t)), (size_t)c->batch * c->seq};
+    for (size_t i = 0; i < tokens.n; i++) {
+        tokens.inputs[i] = (int32_t)loom_rng_below(7, 1, i, (uint64_t)c->model.vocab_size);
+        tokens.targets[i] = (int32_t)loom_rng_below(7, 2, i, (uint64_t)c->model.vocab_size);
+    }
     t->timed = true;
-    random_batch(c, 0, t->inputs, t->targets);
+    random_batch(&tokens, 0, t->inputs, t->targets);
     for (int i = -warmup; i < steps; i++) {
         double t0 = loom_now();
         loom_gpt2_loss(t->model, t->inputs, t->targets, c->batch, c->seq);
         t->be->synchronize(t->be);
         double t1 = loom_now();
         loom_step_result r;
-        LOOM_CHECK(loom_train_step(t, random_batch, c, &r) == LOOM_OK);
+        LOOM_CHECK(loom_train_step(t, random_batch, &tokens, &r) == LOOM_OK);
         if (i >= 0) tf[i] = t1 - t0, tfb[i] = t->time_fwd_bwd, to[i] = t->time_opt;
     }
     *fwd = median(tf, steps), *fb = median(tfb, steps), *opt = median(to, steps);
+    free(tokens.inputs);
+    free(tokens.targets);
     free(tf);
     free(tfb);
     free(to);

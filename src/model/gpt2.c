@@ -94,11 +94,10 @@ gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot) {
     LOOM_CHECK(m->acts_mem && slot >= 0 && slot < m->slots && m->slot_B[slot] > 0);
     int B = m->slot_B[slot], T = m->slot_T[slot];
     gpt2_views v = {.B = B, .T = T, .N = (int64_t)B * T, .Nl = local_rows(m, (int64_t)B * T)};
-    char *base = m->acts_mem;
-    size_t shared = layout_shared(&v, NULL, m, m->max_B, m->max_T);
+    char *base = m->acts_mem; // the slots, then the scratch they share
     size_t per_slot = layout_slot(&v.a, NULL, m, m->max_B, m->max_T, m->training);
-    layout_shared(&v, base, m, B, T);
-    layout_slot(&v.a, base + shared + (size_t)slot * per_slot, m, B, T, m->training);
+    layout_slot(&v.a, base + (size_t)slot * per_slot, m, B, T, m->training);
+    layout_shared(&v, base + (size_t)m->slots * per_slot, m, B, T);
     if (m->training) {
         layout_grads(&v, m->grad_acts_mem, m, B, T);
         if (m->slots == 1 && m->layout.stage.head) v.a.dlnf = v.dlocal;
@@ -154,7 +153,7 @@ loom_status loom_gpt2_create_layout(loom_gpt2 **out, loom_backend *be, const loo
     m->wpe = find(m, "wpe", -1);
     m->lnfw = find(m, "lnfw", cfg->num_layers);
     m->lnfb = find(m, "lnfb", cfg->num_layers);
-    m->block0 = find(m, "ln1w", layout->stage.first_block);
+    m->block0 = find(m, "qkvw", layout->stage.first_block);
     int64_t Vl = m->wte >= 0 ? m->table.params[m->wte].local_shape[0] : 0;
     m->vocab_start = m->wte >= 0 ? (int)(loom_param_global_index(&m->table.params[m->wte], layout->tp_rank, layout->tp_size, 0) / cfg->channels) : 0;
     m->NH = cfg->num_heads / layout->tp_size; // heads are whole per shard (checked by the table)

@@ -3,6 +3,10 @@
 #include <math.h>
 #include <stdio.h>
 
+const int LOOM_GPT2_BLOCK_FILE_TENSOR[LOOM_GPT2_BLOCK_TENSORS] = {
+    P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW, P_LN1W, P_LN1B, P_QKVB, P_ATTPROJB, P_LN2W, P_LN2B, P_FCB, P_FCPROJB,
+};
+
 int64_t loom_gpt2_file_layout(const loom_gpt2_config *cfg, loom_gpt2_tensor *s) {
     int64_t Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers;
     int64_t maxT = cfg->max_seq_len;
@@ -82,7 +86,7 @@ loom_status loom_gpt2_param_table(const loom_gpt2_config *cfg, const loom_stage 
         add(out, cfg, f, P_WPE, -1);
     }
     for (int l = stage->first_block; l < stage->first_block + stage->num_blocks; l++)
-        for (int k = 0; k < LOOM_GPT2_BLOCK_TENSORS; k++) add(out, cfg, f, P_LN1W + k, l);
+        for (int k = 0; k < LOOM_GPT2_BLOCK_TENSORS; k++) add(out, cfg, f, LOOM_GPT2_BLOCK_FILE_TENSOR[k], l);
     if (stage->head) {
         add(out, cfg, f, P_LNFW, L);
         add(out, cfg, f, P_LNFB, L);

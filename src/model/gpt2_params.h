@@ -7,7 +7,9 @@
 //   lnfw lnfb (C)
 //
 // The parameter table of one rank (model/param_table.h), layer-major: wte, wpe (first stage),
-// then each block's 12 tensors in the order above, then lnfw, lnfb (last stage), each sharded
+// then each block's 12 tensors (its four matrices, which AdamW decays, then its LayerNorm
+// weights and biases, so each kind is one contiguous range), then lnfw, lnfb (last stage),
+// each sharded
 // over tensor-parallel ranks as Megatron-LM splits GPT (Shoeybi et al. 2019): qkvw, qkvb by
 // output rows (3 chunks, so a rank holds whole heads of q, k and v), fcw, fcb by output rows,
 // attprojw and fcprojw by input columns (row-parallel; their biases replicated and added once),
@@ -29,11 +31,13 @@ enum {
     P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
     LOOM_GPT2_NUM_TENSORS
 };
-// A block's tensors, in the table's order: block tensor k is file tensor P_LN1W + k.
+// A block's tensors, in the table's order: the matrices, then the vectors.
 enum {
-    B_LN1W, B_LN1B, B_QKVW, B_QKVB, B_ATTPROJW, B_ATTPROJB, B_LN2W, B_LN2B, B_FCW, B_FCB,
-    B_FCPROJW, B_FCPROJB, LOOM_GPT2_BLOCK_TENSORS
+    B_QKVW, B_ATTPROJW, B_FCW, B_FCPROJW, B_LN1W, B_LN1B, B_QKVB, B_ATTPROJB, B_LN2W, B_LN2B, B_FCB,
+    B_FCPROJB, LOOM_GPT2_BLOCK_TENSORS
 };
+// The file tensor (P_*) of block tensor k (B_*).
+extern const int LOOM_GPT2_BLOCK_FILE_TENSOR[LOOM_GPT2_BLOCK_TENSORS];
 
 // One tensor of the model file.
 typedef struct {

@@ -40,6 +40,7 @@ loom_status loom_param_table_shard(loom_param_table *t, int tp_rank, int tp_size
     t->tp_size = tp_size;
     t->num_elements = 0;
     t->file_elements = 0;
+    int64_t whole = 0;
     for (int i = 0; i < t->count; i++) {
         loom_param *p = &t->params[i];
         bool replicated = p->shard.kind == LOOM_SHARD_REPLICATED;
@@ -55,6 +56,8 @@ loom_status loom_param_table_shard(loom_param_table *t, int tp_rank, int tp_size
         p->local_numel = replicated ? p->numel : p->numel / tp_size;
         p->offset = t->num_elements;
         t->num_elements += p->local_numel;
+        p->whole_offset = whole;
+        whole += p->numel;
         if (p->file_offset + p->numel > t->file_elements) t->file_elements = p->file_offset + p->numel;
         p->applies = !(replicated && p->shard.add_once) || tp_rank == 0;
         p->counted = !replicated || tp_rank == 0;

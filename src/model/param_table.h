@@ -49,6 +49,7 @@ typedef struct {
     int64_t numel, local_numel;
     loom_shard_spec shard;
     int64_t offset;          // the shard's first element in this rank's flat buffers
+    int64_t whole_offset;    // the whole tensor's first element in the unsharded table's flat order
     int64_t file_offset;     // the whole tensor's first element in the model file
     // Initialisation: element i of the whole tensor (row-major) is 0, 1, or std x N(0,1) drawn
     // from Philox keyed by (seed, rng_stream, rng_offset + i) (core/rng.h), so every value is

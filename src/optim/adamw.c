@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-// The slices cut at the table's tensor edges.
+// The slices cut at the table's tensor edges; neighbours that continue each other joined.
 static void make_ranges(loom_adamw *o, const loom_param_table *table, const loom_param_slice *slices, int nslices) {
     for (int k = 0; k < nslices; k++) {
         const loom_param_slice *sl = &slices[k];
@@ -15,10 +15,17 @@ static void make_ranges(loom_adamw *o, const loom_param_table *table, const loom
             int64_t end = p->offset + p->local_numel < sl->offset + sl->numel ? p->offset + p->local_numel
                                                                               : sl->offset + sl->numel;
             int64_t shard0 = p->shard.kind == LOOM_SHARD_REPLICATED ? 0 : (int64_t)table->tp_rank * p->local_numel;
-            o->ranges = realloc(o->ranges, (size_t)(o->nranges + 1) * sizeof *o->ranges);
-            LOOM_CHECK(o->ranges);
-            o->ranges[o->nranges++] = (loom_param_range){at, sl->state_offset + (at - sl->offset), end - at,
-                                                         p->weight_decay, p->file_offset + shard0 + (at - p->offset)};
+            loom_param_range r = {at, sl->state_offset + (at - sl->offset), end - at, p->weight_decay,
+                                  p->whole_offset + shard0 + (at - p->offset)};
+            loom_param_range *last = o->nranges ? &o->ranges[o->nranges - 1] : NULL;
+            if (last && last->weight_decay == r.weight_decay && last->param_offset + last->numel == r.param_offset &&
+                last->state_offset + last->numel == r.state_offset && last->index0 + last->numel == r.index0) {
+                last->numel += r.numel;
+            } else {
+                o->ranges = realloc(o->ranges, (size_t)(o->nranges + 1) * sizeof *o->ranges);
+                LOOM_CHECK(o->ranges);
+                o->ranges[o->nranges++] = r;
+            }
             at = end;
         }
     }

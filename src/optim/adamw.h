@@ -20,8 +20,9 @@ typedef struct {
 // A contiguous range of one tensor: parameters [param_offset, +numel) of the flat parameter
 // buffer, updated from gradients and moments [state_offset, +numel) of the optimizer's own
 // buffers, with the tensor's weight-decay setting; index0 names element 0 for stochastic
-// rounding: its index in the model file's order (for a tensor split over tp ranks, the
-// tensor's file offset + tp_rank x its shard's size + the element's index in the shard).
+// rounding: its index in the whole model's flat order (the unsharded parameter table's; for a
+// tensor split over tp ranks, the tensor's offset there + tp_rank x its shard's size + the
+// element's index in the shard).
 typedef struct {
     int64_t param_offset, state_offset, numel;
     bool weight_decay;
@@ -40,7 +41,8 @@ typedef struct {
 
 // The optimizer of the slices of table's flat buffers this rank updates (the whole buffer:
 // one slice {0, 0, num_elements}; under ZeRO, this rank's pieces), their state in n elements,
-// its ranges cut at the table's tensor edges. Errors: LOOM_ENOMEM when the moments do not fit.
+// its ranges cut at the table's tensor edges and joined where neighbours continue each other
+// (parameters, state and index0) with the same weight decay, so one update is few launches. Errors: LOOM_ENOMEM when the moments do not fit.
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n);
 void loom_adamw_free(loom_adamw *o);

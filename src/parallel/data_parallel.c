@@ -205,17 +205,27 @@ static double counted_sumsq(const loom_dp *dp, const char *p, int64_t lo, int64_
 }
 
 // Sum of squares of rank r's pieces, read from the full buffer (r's pieces at start + r*piece)
-// or, for this rank, from the shard.
+// or, for this rank, from the shard; pieces that continue each other (one rank: the whole
+// buffer) are summed as one run.
 static double piece_sumsq(loom_dp *dp, int r, bool from_shard) {
     double total = 0;
+    int64_t lo = 0, hi = 0; // the run's flat elements, at p
+    const char *p = NULL;
     for (int b = 0; b < dp->nbuckets; b++) {
         const bucket *k = &dp->buckets[b];
         size_t off, len;
         loom_comm_shard((size_t)k->len, dp->W, r, &off, &len);
-        int64_t lo = k->start + (int64_t)off;
-        const char *p = from_shard ? AT(dp->shard, k->shard_offset) : AT(dp->grads, lo);
-        if (len) total += counted_sumsq(dp, p, lo, lo + (int64_t)len);
+        if (!len) continue;
+        int64_t flat = k->start + (int64_t)off;
+        const char *src = from_shard ? AT(dp->shard, k->shard_offset) : AT(dp->grads, flat);
+        if (p && flat == hi && src == p + (size_t)(hi - lo) * dp->es) {
+            hi += (int64_t)len;
+            continue;
+        }
+        if (p) total += counted_sumsq(dp, p, lo, hi);
+        p = src, lo = flat, hi = flat + (int64_t)len;
     }
+    if (p) total += counted_sumsq(dp, p, lo, hi);
     return total;
 }
 

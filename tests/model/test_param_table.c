@@ -82,7 +82,7 @@ static void test_layout(void) {
     for (int l = 0; l < cfg.num_layers; l++)
         for (int k = 0; k < LOOM_GPT2_BLOCK_TENSORS; k++) {
             const loom_param *p = &t.params[2 + l * LOOM_GPT2_BLOCK_TENSORS + k];
-            const loom_gpt2_tensor *s = &f[P_LN1W + k];
+            const loom_gpt2_tensor *s = &f[LOOM_GPT2_BLOCK_FILE_TENSOR[k]];
             wrong += p->layer != l || strcmp(p->name, s->name) != 0 || p->numel * cfg.num_layers != s->numel ||
                      p->file_offset != s->offset + l * p->numel;
             if (k > 0) wrong += p->offset != p[-1].offset + p[-1].numel; // a block is one slice
