@@ -9,19 +9,8 @@
 #            values give one error line
 set -uo pipefail
 CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
-WORK=$(mktemp -d /tmp/loom_dp_XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL [$CASE]: $*" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-run() { local np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$LOOM" "$@"; }
-# lr 5e-4: Adam turns the rounding noise of zero-gradient parameters (attention's key bias)
-# into +-lr steps whatever the order of summation, so the parity error grows with lr
-train() { "$LOOM" train --init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" --seq 16 \
-    --lr 5e-4 --warmup 2 --threads 1 "$@"; }
-rtrain() { local np=$1; shift; run "$np" train --init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" \
-    --seq 16 --lr 5e-4 --warmup 2 --threads 1 "$@"; }
-first_loss() { grep -m1 '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+source "$(dirname "$0")/train_lib.sh"
+first_loss() { losses "$1" | head -1; }
 close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= t * b) }'; }
 
 case $CASE in
@@ -71,19 +60,10 @@ resume)
   echo "ok: 2-rank ZeRO-1 resume is bit-identical; a 3-rank resume is refused"
   ;;
 errors)
-  # expect_mpi_error NP WANT ARGS...: non-zero exit, loom's error line exactly once, no hang
-  expect_mpi_error() {
-    local np=$1 want=$2; shift 2
-    rtrain "$np" "$@" >out.txt 2>err.txt && fail "'$*' on $np ranks succeeded"
-    [ $? -ne 124 ] || fail "'$*' on $np ranks hung"
-    [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] || fail "'$*': $(grep -c 'loom: error' err.txt) error lines: $(cat err.txt)"
-    grep 'loom: error: ' err.txt | grep -q -F -- "$want" || fail "'$*' error lacks '$want': $(cat err.txt)"
-    echo "ok: $(grep 'loom: error: ' err.txt)"
-  }
-  expect_mpi_error 3 "--global-batch 4 is not a positive multiple of 3 ranks x --batch 1" --batch 1 --global-batch 4 --steps 1
-  expect_mpi_error 2 "--bucket-mb must be > 0, got 0" --batch 1 --steps 1 --bucket-mb 0
-  expect_mpi_error 2 "unknown ZeRO stage 3" --batch 1 --steps 1 --zero 3
-  expect_mpi_error 4 "exceeds the 6000 tokens" --batch 400 --seq 16 --steps 1
+  expect_mpi_error 3 "--global-batch 4 is not a positive multiple of 3 ranks x --batch 1" train "${ARGS[@]}" --batch 1 --global-batch 4 --steps 1
+  expect_mpi_error 2 "--bucket-mb must be > 0, got 0" train "${ARGS[@]}" --batch 1 --steps 1 --bucket-mb 0
+  expect_mpi_error 2 "unknown ZeRO stage 3" train "${ARGS[@]}" --batch 1 --steps 1 --zero 3
+  expect_mpi_error 4 "exceeds the 6000 tokens" train "${ARGS[@]}" --batch 400 --seq 16 --steps 1
   ;;
 bench_comm)
   # every op and size gets a row; busbw = algbw x the op's factor for n = 3; algbw = size / time

@@ -11,15 +11,7 @@
 #            model file in one process
 set -uo pipefail
 CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
-WORK=$(mktemp -d /tmp/loom_tp_XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL [$CASE]: $*" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-ARGS=(--init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" --seq 16 --lr 5e-4 --warmup 2 --threads 1)
-train() { "$LOOM" train "${ARGS[@]}" "$@"; }
-rtrain() { local np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$LOOM" train "${ARGS[@]}" "$@"; }
-losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+source "$(dirname "$0")/train_lib.sh"
 
 case $CASE in
 parity)
@@ -56,33 +48,21 @@ resume)
   for r in 0 1 2 3; do cmp "full/state_00000006_0000$r.bin" "cut/state_00000006_0000$r.bin" || fail "rank $r state differs"; done
   [ "$(grep '"loss"' cut.jsonl | sed 's/"step_time_s.*//' | tail -3)" = "$(grep '"loss"' full.jsonl | sed 's/"step_time_s.*//' | tail -3)" ] ||
     fail "losses of steps 4-6 differ"
-  rtrain 4 --tp 4 --sp --zero 1 --batch 2 --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-dir cut --resume >out.txt 2>err.txt &&
-    fail "resume on another mesh accepted"
-  [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] && grep -q "trained with tp 2 pp 1 cp 1 sp 1, not tp 4" err.txt ||
-    fail "other-mesh resume message: $(cat err.txt)"
+  expect_mpi_error 4 "trained with tp 2 pp 1 cp 1 sp 1, not tp 4" train "${ARGS[@]}" --tp 4 --sp --zero 1 --batch 2 \
+    --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-dir cut --resume
   echo "ok: tp 2 x dp 2 --sp ZeRO-1 resume is bit-identical; another mesh is refused"
   ;;
 errors)
-  # expect_error NP WANT ARGS...: `loom train ARGS` gives a non-zero exit, loom's error line
-  # exactly once, no hang
-  expect_error() {
-    local np=$1 want=$2; shift 2
-    timeout 120 mpirun -np "$np" --oversubscribe "$LOOM" train "$@" >out.txt 2>err.txt && fail "'$*' on $np ranks succeeded"
-    [ $? -ne 124 ] || fail "'$*' on $np ranks hung"
-    [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] || fail "'$*': $(grep -c 'loom: error' err.txt) error lines: $(cat err.txt)"
-    grep 'loom: error: ' err.txt | grep -q -F -- "$want" || fail "'$*' error lacks '$want': $(cat err.txt)"
-    echo "ok: $(grep 'loom: error: ' err.txt)"
-  }
-  expect_error 3 "splits whole heads, but the model has 4 heads" "${ARGS[@]}" --tp 3 --batch 1 --steps 1
-  expect_error 3 "3 ranks do not fill a mesh of --tp 2" "${ARGS[@]}" --tp 2 --batch 1 --steps 1
-  expect_error 2 "--sp needs --tp 2 or more, got --tp 1" "${ARGS[@]}" --sp --batch 1 --steps 1
-  expect_error 2 "but the sequence length is 15" "${ARGS[@]}" --tp 2 --sp --seq 15 --batch 1 --steps 1
-  expect_error 2 "--pp 2: pipeline parallelism is not in this version" "${ARGS[@]}" --pp 2 --batch 1 --steps 1
-  expect_error 4 "--global-batch 6 is not a positive multiple of 2 data-parallel ranks x --batch 2" "${ARGS[@]}" \
+  expect_mpi_error 3 "splits whole heads, but the model has 4 heads" train "${ARGS[@]}" --tp 3 --batch 1 --steps 1
+  expect_mpi_error 3 "3 ranks do not fill a mesh of --tp 2" train "${ARGS[@]}" --tp 2 --batch 1 --steps 1
+  expect_mpi_error 2 "--sp needs --tp 2 or more, got --tp 1" train "${ARGS[@]}" --sp --batch 1 --steps 1
+  expect_mpi_error 2 "but the sequence length is 15" train "${ARGS[@]}" --tp 2 --sp --seq 15 --batch 1 --steps 1
+  expect_mpi_error 2 "--pp 2: pipeline parallelism is not in this version" train "${ARGS[@]}" --pp 2 --batch 1 --steps 1
+  expect_mpi_error 4 "--global-batch 6 is not a positive multiple of 2 data-parallel ranks x --batch 2" train "${ARGS[@]}" \
     --tp 2 --batch 2 --global-batch 6 --steps 1
-  expect_error 2 "unknown --device-comm 'gloo'" "${ARGS[@]}" --tp 2 --device-comm gloo --batch 1 --steps 1
+  expect_mpi_error 2 "unknown --device-comm 'gloo'" train "${ARGS[@]}" --tp 2 --device-comm gloo --batch 1 --steps 1
   # a padded vocabulary (50304) that 5 ranks cannot split, with heads they can
-  expect_error 5 "splits the padded vocabulary 50304 unevenly" --model gpt2-mini --layers 1 --heads 5 --channels 40 \
+  expect_mpi_error 5 "splits the padded vocabulary 50304 unevenly" train --model gpt2-mini --layers 1 --heads 5 --channels 40 \
     --train-data "$FIX/gpt2_eval_shard.bin" --seq 16 --threads 1 --tp 5 --batch 1 --steps 1
   ;;
 sample)
