@@ -187,7 +187,8 @@ void loom_gpt2_free(loom_gpt2 *m) {
     free(m);
 }
 
-void gpt2_upload_f32(loom_backend *be, void *dev, const float *host, size_t n) {
+// fp32 host values -> n elements of the backend's dtype at dev
+static void upload_f32(loom_backend *be, void *dev, const float *host, size_t n) {
     void *tmp = loom_xmalloc(n * loom_dtype_size(be->dtype));
     loom_f32_to_dtype(tmp, be->dtype, host, n);
     be->upload(be, dev, tmp, n * loom_dtype_size(be->dtype));
@@ -205,14 +206,14 @@ void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host) {
 void loom_gpt2_init(loom_gpt2 *m, uint64_t seed) {
     float *local = loom_xmalloc((size_t)m->num_elements * sizeof(float));
     loom_param_table_init(&m->table, seed, local);
-    gpt2_upload_f32(m->be, m->params, local, (size_t)m->num_elements);
+    upload_f32(m->be, m->params, local, (size_t)m->num_elements);
     free(local);
 }
 
 void loom_gpt2_set_params(loom_gpt2 *m, const float *file) {
     float *local = loom_xmalloc((size_t)m->num_elements * sizeof(float));
     loom_param_table_copy(&m->table, m->table.tp_rank, local, (float *)file, false);
-    gpt2_upload_f32(m->be, m->params, local, (size_t)m->num_elements);
+    upload_f32(m->be, m->params, local, (size_t)m->num_elements);
     free(local);
 }
 

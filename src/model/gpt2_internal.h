@@ -25,5 +25,3 @@ loom_tensor gpt2_grad(const loom_gpt2 *m, int l, int k);
 loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k);
 // This rank's rows (Nl) of an all-rows tensor (N,...).
 loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full);
-// fp32 host values -> n elements of the backend's dtype at dev
-void gpt2_upload_f32(loom_backend *be, void *dev, const float *host, size_t n);

@@ -1,5 +1,5 @@
 // See data_parallel.h. A step, with W ranks and A micro-batches:
-//   for a in 0..A-1: begin_micro_batch; forward/backward (grads_ready hooks start the
+//   for a in 0..A-1: begin_micro_batch; forward/backward (LOOM_HOOK_GRADS hooks start the
 //                    bucket reduce-scatters); end_micro_batch
 //   reduced_grads (zero 0: all-gather pieces; the norm) -> AdamW on the slices -> gather_params
 #include "parallel/data_parallel.h"
