@@ -12,6 +12,7 @@ struct loom_tp {
     void *part, *parts, *lse; // (max_rows,3), (size,max_rows,3), (max_rows) fp32 scratch
     const loom_param_table *table;
     void *grads;
+    loom_comm_req **reqs; // (table->count) the sums of one layer in flight
     loom_status error;
 };
 
@@ -40,6 +41,7 @@ void loom_tp_free(loom_tp *tp) {
     tp->be->free(tp->be, tp->part);
     tp->be->free(tp->be, tp->parts);
     tp->be->free(tp->be, tp->lse);
+    free(tp->reqs);
     free(tp);
 }
 
@@ -92,7 +94,7 @@ static void sum_sequence_grads(void *ctx, int layer) {
     loom_tp *tp = ctx;
     if (!tp->sync) return;
     size_t es = loom_dtype_size(tp->be->dtype);
-    loom_comm_req **reqs = loom_xcalloc((size_t)tp->table->count, sizeof *reqs);
+    loom_comm_req **reqs = tp->reqs;
     int nreq = 0;
     for (int i = 0; i < tp->table->count; i++) {
         const loom_param *p = &tp->table->params[i];
@@ -103,7 +105,6 @@ static void sum_sequence_grads(void *ctx, int layer) {
         if (s == LOOM_OK) nreq++;
     }
     for (int r = 0; r < nreq; r++) keep(tp, loom_comm_wait(reqs[r]));
-    free(reqs);
 }
 
 void loom_tp_attach(loom_tp *tp, loom_tp_points *points, loom_hooks *hooks, const loom_param_table *table,
@@ -112,6 +113,7 @@ void loom_tp_attach(loom_tp *tp, loom_tp_points *points, loom_hooks *hooks, cons
                                .gather_vocab = gather_vocab};
     tp->table = table;
     tp->grads = grads;
+    tp->reqs = loom_xcalloc((size_t)table->count, sizeof *tp->reqs);
     if (tp->sequence_parallel) loom_hooks_add(hooks, LOOM_HOOK_GRADS, sum_sequence_grads, tp);
 }
 
