@@ -123,8 +123,8 @@ static loom_status build(loom_trainer *t, bool *report) {
     AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp));
     t->dp_rank = loom_mesh_rank(t->mesh, LOOM_GROUP_DP);
     t->dp_size = loom_mesh_size(t->mesh, LOOM_GROUP_DP);
-    int global = c->global_batch ? c->global_batch : c->batch * t->dp_size;
-    t->grad_accum = global / (c->batch * t->dp_size);
+    if (!t->cfg.global_batch) t->cfg.global_batch = c->batch * t->dp_size;
+    t->grad_accum = c->global_batch / (c->batch * t->dp_size);
     int threads = c->threads ? c->threads : omp_get_num_procs() / loom_comm_local_size(t->world);
     omp_set_num_threads(threads > 0 ? threads : 1);
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
@@ -150,8 +150,6 @@ loom_status loom_trainer_create(loom_trainer **out, loom_comm *world, const loom
     if (s != LOOM_OK) {
         loom_trainer_free(t);
         t = NULL;
-    } else if (!t->cfg.global_batch) {
-        t->cfg.global_batch = t->cfg.batch * t->dp_size;
     }
     *out = t;
     return s;
