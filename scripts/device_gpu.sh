@@ -6,11 +6,12 @@
 # fp32 and bf16, racecheck on the op tests' small shapes), with --bench the
 # training benchmarks beside the PyTorch peer (scripts/bench_gpu.sh) and the attention
 # benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), with
-# --tp tensor parallelism's CUDA path with ranks sharing the GPU (scripts/tp_gpu.sh), and
-# print a summary table last (with --bench or --tp, their tables after it).
+# --tp tensor parallelism's CUDA path with ranks sharing the GPU (scripts/tp_gpu.sh), with --pp
+# pipeline parallelism's (scripts/pp_gpu.sh), and print a summary table last (with --bench,
+# --tp or --pp, their tables after it).
 # LOOM_SKIP_SANITIZERS=1 leaves out the compute-sanitizer steps.
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
-#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --build-only]
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -104,6 +105,10 @@ if [ "${1:-}" = "--tp" ]; then
     OUTDIR=${OUT:-/tmp}
     step "tensor parallel on the GPU" sh -c "bash '$ROOT/scripts/tp_gpu.sh' > '$OUTDIR/tp_gpu.txt' 2>&1" || failed=1
 fi
+if [ "${1:-}" = "--pp" ]; then
+    OUTDIR=${OUT:-/tmp}
+    step "pipeline parallel on the GPU" sh -c "bash '$ROOT/scripts/pp_gpu.sh' > '$OUTDIR/pp_gpu.txt' 2>&1" || failed=1
+fi
 if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
     step "bench gpt2 (loom, pytorch)" sh -c "bash '$ROOT/scripts/bench_gpu.sh' | tee '$OUTDIR/bench_gpt2.md'" || failed=1
@@ -112,8 +117,8 @@ if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GP
         failed=1
 fi
 summary
-if [ "${1:-}" = "--tp" ]; then
-    echo; sed -n '/^| check/,$p' "$OUTDIR/tp_gpu.txt"
+if [ "${1:-}" = "--tp" ] || [ "${1:-}" = "--pp" ]; then
+    echo; sed -n '/^| check/,$p' "$OUTDIR/${1#--}_gpu.txt"
 fi
 if [ "${1:-}" = "--bench" ]; then
     echo; cat "$OUTDIR/bench_gpt2.md"

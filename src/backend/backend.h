@@ -96,7 +96,8 @@ struct loom_backend {
     void (*matmul_forward)(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
                            loom_tensor bias);
     // dinp (N,C) = dout @ w (skipped when dinp.data is NULL); dw (OC,C) += dout^T @ inp;
-    // dbias (OC) += column sums of dout (skipped when dbias.data is NULL)
+    // dbias (OC) += column sums of dout (skipped when dbias.data is NULL; both skipped when
+    // dw.data is NULL: the two halves of a zero-bubble backward)
     void (*matmul_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                             loom_tensor dout, loom_tensor inp, loom_tensor w);
 

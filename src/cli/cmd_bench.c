@@ -137,7 +137,7 @@ int loom_cmd_bench(int argc, char **argv) {
     if (s == LOOM_OK && !help && (steps < 1 || warmup < 0 || c.tp < 1 || W % c.tp != 0))
         s = loom_fail(LOOM_EINVAL, "use --steps >= 1, --warmup >= 0 and a --tp that divides the ranks",
                       "bad --steps %d / --warmup %d / --tp %d on %d ranks", steps, warmup, c.tp, W);
-    if (s == LOOM_OK && !help) s = cli_model_config(model, 0, 0, 0, 0, &c.model);
+    if (s == LOOM_OK && !help) s = cli_model_config(model, 0, 0, 0, 0, 0, &c.model);
     if (s == LOOM_OK && !help) s = loom_recompute_parse(recompute, &c.recompute);
     if (s == LOOM_OK && !help) {
         c.seq = c.seq ? c.seq : c.model.max_seq_len;

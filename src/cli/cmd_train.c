@@ -20,9 +20,15 @@
 #include <sys/stat.h>
 
 typedef struct {
+    double busy, total; // pipeline: seconds in compute and in steps, summed over the steps after the first
+    int peak;           // the most micro-batches in flight
+} pipeline_time;
+
+typedef struct {
     train_options o;
     loom_comm *world;
     loom_trainer *t;
+    pipeline_time pipe;
     loom_loader *train, *val;
     loom_tokenizer *tok; // rank 0, when sampling
     FILE *metrics;       // rank 0
@@ -94,6 +100,13 @@ static void print_config(const run *r) {
     if (o->run.tp > 1)
         cli_table_row("tensor parallel", "tp %d: %d heads per rank, vocabulary-parallel loss%s", o->run.tp, t->model->NH,
                       o->run.sp ? ", sequence parallel" : "");
+    if (t->schedule) {
+        double bubble = 0;
+        loom_pp_theoretical_bubble(t->schedule, &bubble); // the schedule was simulated when made
+        cli_table_row("pipeline", "pp %d, %s, %d stages of %d blocks, %d micro-batches, bubble %.1f%% in theory",
+                      o->run.pp, loom_pp_kind_name(t->schedule->kind), t->schedule->S, c->num_layers / t->schedule->S,
+                      t->schedule->M, 100 * bubble);
+    }
     cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d buckets of %s", t->dp_size,
                   loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp), bucket);
     cli_table_row("steps", "%lld (from step %lld), %.3g tokens", (long long)o->steps, (long long)t->st.step,
@@ -169,6 +182,34 @@ static void print_peak(const run *r) {
     free(all);
 }
 
+// Each pipeline stage's measured busy and bubble fractions (replica 0, tp rank 0), printed by
+// rank 0 next to the schedule's theory.
+static void print_pipeline(const run *r) {
+    const loom_trainer *t = r->t;
+    if (!t->schedule) return;
+    int W = loom_comm_size(r->world), rank = loom_comm_rank(r->world);
+    double mine[3] = {r->pipe.busy, r->pipe.total, r->pipe.peak}, *all = loom_xmalloc((size_t)W * sizeof mine);
+    double theory = 0;
+    loom_pp_theoretical_bubble(t->schedule, &theory);
+    size_t pbytes, abytes, obytes;
+    loom_trainer_memory(t, &pbytes, &abytes, &obytes);
+    if (loom_allgather(r->world, mine, all, 3, LOOM_F64, NULL) == LOOM_OK && rank == 0) {
+        loom_info("pipeline %s (theory: bubble %.1f%% at F = I = W), measured over steps 2..%lld:\n",
+                  loom_pp_kind_name(t->schedule->kind), 100 * theory, (long long)t->st.step);
+        double busy = 0, total = 0;
+        for (int p = 0; p < t->cfg.pp; p++) {
+            const double *v = all + 3 * (size_t)(p * (W / t->cfg.pp)); // stage p's first rank
+            loom_info("  stage %d: busy %.1f%%, bubble %.1f%%, peak %d micro-batches in flight (promised %d)\n", p,
+                      100 * v[0] / v[1], 100 * (1 - v[0] / v[1]), (int)v[2], t->schedule->promised[p]);
+            busy += v[0], total += v[1];
+        }
+        char amem[32];
+        cli_human_bytes(amem, sizeof amem, (double)abytes);
+        loom_info("  all stages: bubble %.1f%%; activations %s on rank 0\n", 100 * (1 - busy / total), amem);
+    }
+    free(all);
+}
+
 // Failures inside the loop are the same on every rank (the loss is global, collectives fail
 // everywhere) except checkpoint saves, which agree on who reports.
 static loom_status train_loop(run *r, bool *report) {
@@ -185,6 +226,11 @@ static loom_status train_loop(run *r, bool *report) {
         loom_step_result s;
         LOOM_TRY(loom_train_step(t, loader_batch, r->train, &s));
         double dt = loom_now() - t0;
+        if (t->pipe && t->st.step > first + 1) { // the first step warms up
+            const loom_pp_stats *ps = loom_pp_last_stats(t->pipe);
+            r->pipe.busy += ps->busy_seconds, r->pipe.total += ps->step_seconds;
+            r->pipe.peak = ps->peak_in_flight > r->pipe.peak ? ps->peak_in_flight : r->pipe.peak;
+        }
         double eta_s = (loom_now() - t_start) / (double)(step + 1 - first) * (double)(o->steps - step - 1);
         if (!isfinite(s.loss))
             return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup", "loss is %g at step %lld", s.loss,
@@ -203,6 +249,7 @@ static loom_status train_loop(run *r, bool *report) {
     LOOM_TRY(validate(r, t->st.step));
     if (o->sample_every) LOOM_TRY(sample(r, t->st.step));
     print_peak(r);
+    print_pipeline(r);
     return o->ckpt_dir ? loom_trainer_save(t, o->ckpt_dir, report) : LOOM_OK;
 }
 
@@ -218,6 +265,7 @@ int loom_cmd_train(int argc, char **argv) {
     bool help = false, report = rank == 0;
     s = train_options_parse(&r.o, argc, argv, W, &help);
     if (s == LOOM_OK && !help) s = loom_trainer_create(&r.t, r.world, &r.o.run, &report);
+    if (s == LOOM_OK && !help) r.t->timed = r.t->pipe != NULL; // each stage's busy time, synchronised
     if (s == LOOM_OK && !help) s = loom_comm_agree(r.world, open_io(&r), &report);
     if (s == LOOM_OK && !help) {
         print_config(&r);

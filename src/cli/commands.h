@@ -10,3 +10,4 @@ int loom_cmd_eval(int argc, char **argv);     // validation loss of a model file
 int loom_cmd_sample(int argc, char **argv);   // generate text (cmd_sample.c)
 int loom_cmd_bench(int argc, char **argv);    // timed training steps (cmd_bench.c)
 int loom_cmd_bench_comm(int argc, char **argv); // collective bandwidth (cmd_bench_comm.c)
+int loom_cmd_schedule(int argc, char **argv);   // pipeline schedule timeline (cmd_schedule.c)

@@ -26,13 +26,14 @@ loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m) {
     return s;
 }
 
-loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq,
+loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq, int vocab,
                              loom_gpt2_config *cfg) {
     LOOM_TRY(loom_gpt2_config_named(name, cfg));
     if (layers > 0) cfg->num_layers = layers;
     if (heads > 0) cfg->num_heads = heads;
     if (channels > 0) cfg->channels = channels;
     if (max_seq > 0) cfg->max_seq_len = max_seq;
+    if (vocab > 0) cfg->vocab_size = vocab, cfg->padded_vocab_size = loom_pad_vocab(vocab);
     return loom_gpt2_config_validate(cfg);
 }
 

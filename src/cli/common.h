@@ -15,7 +15,7 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 // Model from an llm.c model file, parameters loaded. Errors as loom_llmc_read.
 loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m);
 // Config from a named model with optional overrides (values <= 0 keep the named value).
-loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq,
+loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq, int vocab,
                              loom_gpt2_config *cfg);
 // "124.4M", "1.56B", "7.2K"
 void cli_human_count(char *out, size_t cap, double n);

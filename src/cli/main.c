@@ -19,6 +19,7 @@ static const command COMMANDS[] = {
     {"sample", loom_cmd_sample, "generate text from a model file"},
     {"bench", loom_cmd_bench, "time training steps of a named config"},
     {"bench-comm", loom_cmd_bench_comm, "bandwidth of the collectives over the launched ranks"},
+    {"schedule", loom_cmd_schedule, "draw a pipeline schedule: timeline, bubble, memory"},
 };
 
 static void usage(FILE *f) {

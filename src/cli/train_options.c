@@ -24,9 +24,6 @@ static loom_status validate_mesh(train_options *o, int world_size) {
     LOOM_TRY(check_positive("tp", r->tp));
     LOOM_TRY(check_positive("pp", r->pp));
     LOOM_TRY(check_positive("cp", r->cp));
-    if (r->pp > 1)
-        return loom_fail(LOOM_EUNSUPPORTED, "use --pp 1; tensor and data parallelism are --tp and the ranks left over",
-                         "--pp %d: pipeline parallelism is not in this version of loom", r->pp);
     if (r->cp > 1)
         return loom_fail(LOOM_EUNSUPPORTED, "use --cp 1; tensor and data parallelism are --tp and the ranks left over",
                          "--cp %d: context parallelism is not in this version of loom", r->cp);
@@ -58,6 +55,10 @@ static loom_status validate(train_options *o, int world_size) {
     LOOM_TRY(check_nonneg("ckpt-every", o->ckpt_every));
     LOOM_TRY(check_nonneg("threads", r->threads));
     LOOM_TRY(validate_mesh(o, world_size));
+    LOOM_TRY(check_nonneg("virtual-stages", r->virtual_stages));
+    if (r->pp > 1 && o->sample_every)
+        return loom_fail(LOOM_EUNSUPPORTED, "sample the saved model with 'loom sample --model DIR/model_S.bin'",
+                         "--sample-every: sampling during training under --pp %d is not in this version of loom", r->pp);
     if (r->global_batch == 0) r->global_batch = r->batch * o->dp;
     if (r->global_batch < 0 || r->global_batch % (r->batch * o->dp) != 0) {
         if (o->dp == 1)
@@ -92,12 +93,12 @@ static loom_status validate(train_options *o, int world_size) {
     r->seed = (uint64_t)o->seed;
     r->adamw.seed = (uint64_t)o->seed;
     r->bucket_mb = o->bucket_mb;
-    if (!r->init) LOOM_TRY(cli_model_config(o->model, o->layers, o->heads, o->channels, o->max_seq, &r->model));
+    if (!r->init) LOOM_TRY(cli_model_config(o->model, o->layers, o->heads, o->channels, o->max_seq, o->vocab, &r->model));
     return LOOM_OK;
 }
 
 loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help) {
-    *o = (train_options){.run = {.batch = 8, .tp = 1, .pp = 1, .cp = 1,
+    *o = (train_options){.run = {.batch = 8, .tp = 1, .pp = 1, .cp = 1, .pp_schedule = "1f1b",
                                  .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                            .weight_decay = 0.1f, .grad_clip = 1.0f},
                                  .device = "auto", .precision = "auto", .device_comm = "nccl"},
@@ -111,6 +112,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"heads", FLAG_INT, &o->heads, "override the config's heads NH"},
         {"channels", FLAG_INT, &o->channels, "override the config's channels C"},
         {"max-seq", FLAG_INT, &o->max_seq, "override the config's maximum sequence length"},
+        {"vocab", FLAG_INT, &o->vocab, "override the config's vocabulary size V (token ids must lie below it)"},
         {"train-data", FLAG_STR, &o->train_data, "training token shards (file or glob)"},
         {"val-data", FLAG_STR, &o->val_data, "validation token shards (file or glob)"},
         {"batch", FLAG_INT, &r->batch, "micro-batch size B (sequences)"},
@@ -143,7 +145,9 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"recompute", FLAG_STR, &o->recompute, "activations backward recomputes: none, gelu (the GELU output), full (whole blocks)"},
         {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)"},
         {"sp", FLAG_BOOL, &r->sp, "sequence parallelism: LayerNorm and residual rows split over the --tp ranks too"},
-        {"pp", FLAG_INT, &r->pp, "pipeline-parallel stages (1 in this version)"},
+        {"pp", FLAG_INT, &r->pp, "pipeline-parallel ranks: the blocks split into consecutive stages over them"},
+        {"pp-schedule", FLAG_STR, &r->pp_schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev ('loom schedule' draws them)"},
+        {"virtual-stages", FLAG_INT, &r->virtual_stages, "stages per pipeline rank of the interleaved schedule (0: the schedule's own)"},
         {"cp", FLAG_INT, &r->cp, "context-parallel ranks (1 in this version)"},
         {"device-comm", FLAG_STR, &r->device_comm, "collectives on GPU buffers: nccl, or mpi (staged through host memory, for ranks sharing a GPU)"},
         {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)"},

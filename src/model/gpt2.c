@@ -13,7 +13,8 @@ static size_t align_up(size_t n) { return (n + 63) & ~(size_t)63; }
     } while (0)
 
 static int64_t width(const loom_gpt2 *m, int k) { // output rows of block tensor k in this shard
-    return m->table.params[m->block0 + k].local_shape[0];
+    int first = m->layout.stage.chunk[0].first_block;
+    return m->table.params[m->block_at[first] + k].local_shape[0];
 }
 
 // Rows of the residual stream this rank holds for N tokens.
@@ -32,10 +33,11 @@ static size_t layout_shared(gpt2_views *v, char *base, const loom_gpt2 *m, int B
     return off;
 }
 
-// One slot's activations. Training keeps every block's (or, recomputed, one reused slot).
+// One slot's activations for a chunk of the stage. Training keeps every block's (or,
+// recomputed, one reused slot).
 static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int B, int T, bool training) {
     int64_t C = m->cfg.channels, NH = m->NH, N = (int64_t)B * T, Nl = local_rows(m, N);
-    int64_t L = training ? m->layout.stage.num_blocks : 1;
+    int64_t L = training ? m->chunk_blocks : 1;
     int64_t Lb = m->recompute == LOOM_RECOMPUTE_FULL ? 1 : L; // block internals
     int64_t Lg = m->recompute != LOOM_RECOMPUTE_NONE ? 1 : L; // GELU output
     loom_dtype dt = m->be->dtype;
@@ -44,7 +46,7 @@ static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
     TAKE(a, tokens, LOOM_I32, B, T);
     TAKE(a, targets, LOOM_I32, B, T);
     TAKE(a, encoded, dt, Nl, C);
-    if (m->layout.stage.num_blocks > 0) {
+    if (m->chunk_blocks > 0) {
         int64_t Cl = width(m, B_QKVW) / 3, C4 = width(m, B_FCW);
         TAKE(a, ln1, dt, Lb, N, C);
         TAKE(a, ln1_mean, LOOM_F32, Lb, Nl);
@@ -59,6 +61,12 @@ static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
         TAKE(a, fch, dt, Lb, N, C4);
         TAKE(a, fch_gelu, dt, Lg, N, C4);
         TAKE(a, residual3, dt, L, Nl, C);
+        if (training && m->split_backward) {
+            TAKE(a, dfcproj, dt, L, N, C);
+            TAKE(a, dattproj, dt, L, N, C);
+            TAKE(a, dfch, dt, L, N, C4);
+            TAKE(a, dqkv, dt, L, B, T, 3 * Cl);
+        }
     }
     if (m->layout.stage.head) {
         TAKE(a, lnf, dt, N, C);
@@ -72,7 +80,7 @@ static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
 
 static size_t layout_grads(gpt2_views *v, char *base, const loom_gpt2 *m, int B, int T) {
     int64_t C = m->cfg.channels, N = (int64_t)B * T, Nl = local_rows(m, N);
-    int64_t Cl = m->layout.stage.num_blocks ? width(m, B_QKVW) / 3 : 0, C4 = m->layout.stage.num_blocks ? width(m, B_FCW) : 0;
+    int64_t Cl = m->chunk_blocks ? width(m, B_QKVW) / 3 : 0, C4 = m->chunk_blocks ? width(m, B_FCW) : 0;
     loom_dtype dt = m->be->dtype;
     size_t off = 0;
     TAKE(v, dfull, dt, N, C);
@@ -90,10 +98,13 @@ loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full)
     return loom_row_slice(&full, m->row_shard * v->Nl, (m->row_shard + 1) * v->Nl);
 }
 
-gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot) {
-    LOOM_CHECK(m->acts_mem && slot >= 0 && slot < m->slots && m->slot_B[slot] > 0);
+gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot, int chunk) {
+    const loom_stage *st = &m->layout.stage;
+    LOOM_CHECK(m->acts_mem && slot >= 0 && slot < m->slots && m->slot_B[slot] > 0 && chunk >= 0 && chunk < st->num_chunks);
     int B = m->slot_B[slot], T = m->slot_T[slot];
-    gpt2_views v = {.B = B, .T = T, .N = (int64_t)B * T, .Nl = local_rows(m, (int64_t)B * T)};
+    gpt2_views v = {.B = B, .T = T, .N = (int64_t)B * T, .Nl = local_rows(m, (int64_t)B * T),
+                    .first = st->chunk[chunk].first_block, .nblocks = st->chunk[chunk].num_blocks,
+                    .embed = st->embed && chunk == 0, .head = st->head && chunk == st->num_chunks - 1};
     char *base = m->acts_mem; // the slots, then the scratch they share
     size_t per_slot = layout_slot(&v.a, NULL, m, m->max_B, m->max_T, m->training);
     layout_slot(&v.a, base + (size_t)slot * per_slot, m, B, T, m->training);
@@ -119,14 +130,10 @@ static void make_views(loom_tensor *views, void *flat, const loom_gpt2 *m) {
     }
 }
 
-loom_tensor gpt2_param(const loom_gpt2 *m, int l, int k) {
-    return m->p[m->block0 + (l - m->layout.stage.first_block) * LOOM_GPT2_BLOCK_TENSORS + k];
-}
-loom_tensor gpt2_grad(const loom_gpt2 *m, int l, int k) {
-    return m->g[m->block0 + (l - m->layout.stage.first_block) * LOOM_GPT2_BLOCK_TENSORS + k];
-}
+loom_tensor gpt2_param(const loom_gpt2 *m, int l, int k) { return m->p[m->block_at[l] + k]; }
+loom_tensor gpt2_grad(const loom_gpt2 *m, int l, int k) { return m->g[m->block_at[l] + k]; }
 loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k) {
-    int i = m->block0 + (l - m->layout.stage.first_block) * LOOM_GPT2_BLOCK_TENSORS + k;
+    int i = m->block_at[l] + k;
     return m->table.params[i].applies ? m->p[i] : (loom_tensor){0};
 }
 
@@ -153,7 +160,10 @@ loom_status loom_gpt2_create_layout(loom_gpt2 **out, loom_backend *be, const loo
     m->wpe = find(m, "wpe", -1);
     m->lnfw = find(m, "lnfw", cfg->num_layers);
     m->lnfb = find(m, "lnfb", cfg->num_layers);
-    m->block0 = find(m, "qkvw", layout->stage.first_block);
+    m->block_at = loom_xmalloc((size_t)cfg->num_layers * sizeof(int));
+    for (int l = 0; l < cfg->num_layers; l++) m->block_at[l] = find(m, "qkvw", l);
+    for (int c = 0; c < layout->stage.num_chunks; c++)
+        if (layout->stage.chunk[c].num_blocks > m->chunk_blocks) m->chunk_blocks = layout->stage.chunk[c].num_blocks;
     int64_t Vl = m->wte >= 0 ? m->table.params[m->wte].local_shape[0] : 0;
     m->vocab_start = m->wte >= 0 ? (int)(loom_param_global_index(&m->table.params[m->wte], layout->tp_rank, layout->tp_size, 0) / cfg->channels) : 0;
     m->NH = cfg->num_heads / layout->tp_size; // heads are whole per shard (checked by the table)
@@ -182,6 +192,7 @@ void loom_gpt2_free(loom_gpt2 *m) {
     loom_param_table_free(&m->table);
     free(m->p);
     free(m->g);
+    free(m->block_at);
     free(m->slot_B);
     free(m->slot_T);
     free(m);
@@ -242,6 +253,10 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
         return loom_fail(LOOM_EINVAL, "use a --seq divisible by --tp with --sp",
                          "sequence parallelism splits the rows over %d ranks, but the sequence length is %d",
                          m->row_shards, T);
+    if (training && m->split_backward && m->recompute == LOOM_RECOMPUTE_FULL)
+        return loom_fail(LOOM_EINVAL, "use --recompute none or gelu with a zero-bubble schedule",
+                         "a split backward keeps each block's activations until its weight gradient, which "
+                         "--recompute full discards");
     LOOM_CHECK(m->slots >= 1);
     be->free(be, m->acts_mem);
     be->free(be, m->grad_acts_mem);
@@ -294,7 +309,7 @@ void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const in
     LOOM_CHECK(m->acts_mem && slot >= 0 && slot < m->slots && B >= 1 && T >= 1 && B <= m->max_B && T <= m->max_T);
     m->slot_B[slot] = B;
     m->slot_T[slot] = T;
-    gpt2_views v = gpt2_views_of(m, slot);
+    gpt2_views v = gpt2_views_of(m, slot, 0);
     size_t bytes = (size_t)B * T * sizeof(int32_t);
     if (inputs) m->be->upload(m->be, v.a.tokens.data, inputs, bytes);
     if (targets) m->be->upload(m->be, v.a.targets.data, targets, bytes);
@@ -303,7 +318,7 @@ void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const in
 double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
     double loss = 0;
     loom_gpt2_set_batch(m, 0, inputs, targets, B, T);
-    loom_gpt2_stage_forward(m, 0, (loom_tensor){0}, false, 0.0f, &loss);
+    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, false, 0.0f, &loss);
     return loss;
 }
 
@@ -312,8 +327,8 @@ double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int
     LOOM_CHECK(m->training);
     double loss = 0;
     loom_gpt2_set_batch(m, 0, inputs, targets, B, T);
-    loom_gpt2_stage_forward(m, 0, (loom_tensor){0}, true, grad_scale, &loss);
-    loom_gpt2_stage_backward(m, 0, (loom_tensor){0});
+    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, &loss);
+    loom_gpt2_stage_backward(m, 0, 0, (loom_tensor){0}, LOOM_GRAD_ALL);
     return loss;
 }
 

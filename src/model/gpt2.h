@@ -3,9 +3,9 @@
 // embedding. Forward and hand-written backward written once against the backend op
 // interface (backend/backend.h), after llm.c's train_gpt2.c.
 //
-// A model object holds one pipeline stage (loom_stage: a range of blocks, plus the embedding on
-// the first stage and the head on the last; today's single process is one stage holding
-// everything) as one tensor-parallel shard (the parameter table's shard specs decide the local
+// A model object holds one pipeline stage (loom_stage: one or more chunks of blocks, plus the
+// embedding on the first stage and the head on the last; a single process is one stage of one
+// chunk holding everything) as one tensor-parallel shard (the parameter table's shard specs decide the local
 // shapes; the layers run on whatever shards they are given). Parallelism enters only through
 // the hooks and the tensor-parallel points of model/hooks.h.
 //
@@ -19,7 +19,7 @@
 //
 // Shapes below: N = B*T tokens, Nl = N / row_shards the residual-stream rows this rank holds,
 // Cl = C / tp the attention and MLP width of this shard (4Cl the MLP's), NHl its heads, Vl its
-// vocabulary rows, nb the stage's blocks.
+// vocabulary rows, nb the blocks of a chunk (the most of any of the stage's chunks).
 #pragma once
 #include "backend/backend.h"
 #include "model/gpt2_params.h"
@@ -43,6 +43,10 @@ typedef struct {
     loom_tensor lnf, lnf_mean, lnf_rstd;     // (N,C), (Nl), (Nl)
     loom_tensor dlnf;                        // (Nl,C) d loss / d lnf's input rows, from the head
     loom_tensor losses;                      // (N) fp32 per-token loss
+    // split backward only: the gradients of the matmuls' outputs, kept from the input-gradient
+    // pass to the weight-gradient pass
+    loom_tensor dfcproj, dattproj;           // (nb,N,C) of the two projections
+    loom_tensor dfch, dqkv;                  // (nb,N,4Cl), (nb,B,T,3Cl)
 } loom_gpt2_acts;
 
 // Activation recomputation (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
@@ -75,7 +79,8 @@ typedef struct {
     void *params;            // (num_elements) be->dtype, table order
     void *grads;             // (num_elements) be->dtype, NULL unless allocated for training
     loom_tensor *p, *g;      // (table.count) views into the two
-    int block0;              // table index of the first block's first tensor
+    int *block_at;           // (L) table index of block l's first tensor; -1 when not in this stage
+    int chunk_blocks;        // nb: the most blocks of any chunk
     int wte, wpe, lnfw, lnfb; // table indices (-1: not in this stage)
     int NH;                  // heads of this shard (NHl)
     int vocab_start;         // first vocabulary row of this shard's wte
@@ -83,6 +88,7 @@ typedef struct {
     int max_B, max_T;        // activation capacity per slot
     int slots;               // micro-batches in flight; set before loom_gpt2_alloc (default 1)
     loom_recompute recompute; // set before loom_gpt2_alloc (default: none)
+    bool split_backward;     // set before loom_gpt2_alloc: keep what a separate weight-gradient pass needs
     bool training;           // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
     int *slot_B, *slot_T;    // (slots) the micro-batch each slot holds
@@ -113,8 +119,8 @@ void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host);
 
 // Sizes `slots` activation slots for micro-batches of up to B x T tokens; training also
 // allocates the gradients (zeroed). Errors: LOOM_EINVAL if T exceeds the model's max_seq_len,
-// B, T < 1, or the rows do not split evenly under sequence parallelism (T % tp_size);
-// LOOM_ENOMEM.
+// B, T < 1, the rows do not split evenly under sequence parallelism (T % tp_size), or a split
+// backward is asked with full recomputation; LOOM_ENOMEM.
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training);
 // Bytes of parameters, gradients and activations currently allocated.
 size_t loom_gpt2_memory_bytes(const loom_gpt2 *m);
@@ -123,19 +129,26 @@ size_t loom_gpt2_memory_bytes(const loom_gpt2 *m);
 // Micro-batch of slot `slot`: inputs (first stage; else NULL) and targets (last stage; else
 // NULL), host int32 (B,T), ids in [0,V); B <= max_B, T <= max_T.
 void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T);
-// The stage's forward on slot `slot`: from the tokens (first stage) or `input` (Nl,C), the
-// previous stage's output. Returns the stage's output (Nl,C), a view into the slot valid until
-// its next forward; on the last stage an empty tensor, and *loss = the mean loss over the N
-// tokens. With `backward` (training only) the last stage also runs the output layer's backward
-// at once (llm.c's fused classifier): d(loss)/d(params) scaled by grad_scale is added to wte's
-// gradient and the slot keeps d(grad_scale * loss)/d(lnf input) for stage_backward.
-loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, loom_tensor input, bool backward,
+// Chunk `chunk`'s forward on slot `slot`: from the tokens (the embedding's chunk) or `input`
+// (Nl,C), the previous chunk's output. Returns the chunk's output (Nl,C), a view into the slot
+// valid until its next forward; on the head's chunk an empty tensor, and *loss = the mean loss
+// over the N tokens. With `backward` (training only) the head also runs the output layer's
+// backward at once (llm.c's fused classifier): d(loss)/d(params) scaled by grad_scale is added
+// to wte's gradient and the slot keeps d(grad_scale * loss)/d(lnf input) for the backward.
+loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, int chunk, loom_tensor input, bool backward,
                                     float grad_scale, double *loss);
-// The stage's backward on slot `slot` from `dout` (Nl,C) = d(loss)/d(output), the next stage's
-// input gradient (ignored on the last stage, which starts from its head). Adds the gradients
-// into m->grads (running the hooks) and returns d(loss)/d(input) (Nl,C), valid until the next
-// backward (empty on the first stage).
-loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, loom_tensor dout);
+
+// What a backward pass computes: everything, or its two halves for zero-bubble schedules (Qi et
+// al. 2024): the input gradients (with the LayerNorm and embedding gradients, which are cheap)
+// and later the matmuls' weight and bias gradients (needs split_backward).
+typedef enum { LOOM_GRAD_ALL, LOOM_GRAD_INPUT, LOOM_GRAD_WEIGHT } loom_grad_part;
+
+// Chunk `chunk`'s backward on slot `slot` from `dout` (Nl,C) = d(loss)/d(output), the next
+// chunk's input gradient (ignored on the head's chunk, which starts from its head; and by the
+// weight part). Adds the gradients of `part` into m->grads, running the hooks (GRADS of a block
+// once its gradients are all final: after ALL or WEIGHT), and returns d(loss)/d(input) (Nl,C),
+// valid until the next backward (empty on the embedding's chunk and for the weight part).
+loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_tensor dout, loom_grad_part part);
 
 // ---- the whole model as one stage, one slot ----
 // Mean cross-entropy loss (nats/token) of next-token prediction on one micro-batch.

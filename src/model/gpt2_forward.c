@@ -52,9 +52,9 @@ static loom_tensor partial(const gpt2_views *v, loom_tensor local) {
     return loom_rows(&local) == v->N ? local : v->proj;
 }
 
-// The input of block l: the stage's input (or embedding) or the previous block's output.
-static loom_tensor block_input(const loom_gpt2 *m, const gpt2_views *v, int l) {
-    int i = l - m->layout.stage.first_block;
+// The input of block l: the chunk's input (or embedding) or the previous block's output.
+static loom_tensor block_input(const gpt2_views *v, int l) {
+    int i = l - v->first;
     return i == 0 ? v->a.encoded : layer(&v->a.residual3, i - 1);
 }
 
@@ -62,7 +62,7 @@ static loom_tensor block_input(const loom_gpt2 *m, const gpt2_views *v, int l) {
 static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor x) {
     loom_backend *be = m->be;
     const loom_gpt2_acts *a = &v->a;
-    int i = l - m->layout.stage.first_block;
+    int i = l - v->first;
     loom_tensor ln1 = layer(&a->ln1, i), qkv = layer(&a->qkv, i), atty = layer(&a->atty, i);
     loom_tensor residual2 = layer(&a->residual2, i), ln2 = layer(&a->ln2, i);
     loom_tensor fch = layer(&a->fch, i), fch_gelu = layer(&a->fch_gelu, i), out = v->proj_local;
@@ -83,43 +83,86 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     be->residual_forward(be, layer(&a->residual3, i), residual2, out);
 }
 
-// Block l's backward from v->dres = d(loss)/d(block output) to d(loss)/d(block input) in v->dres.
-static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor x) {
+// Where block l's backward puts the gradients of its matmuls' outputs: the shared scratch when
+// the weight gradients are computed at once, else the slot, kept for the weight pass.
+typedef struct {
+    loom_tensor fcproj, fch, attproj, qkv; // (N,C), (N,4Cl), (N,C), (B,T,3Cl)
+} block_douts;
+
+static block_douts douts_of(const gpt2_views *v, int l, loom_grad_part part) {
+    if (part == LOOM_GRAD_ALL) return (block_douts){v->dfull, v->dfch, v->dfull, v->dqkv};
+    int i = l - v->first;
+    const loom_gpt2_acts *a = &v->a;
+    return (block_douts){layer(&a->dfcproj, i), layer(&a->dfch, i), layer(&a->dattproj, i), layer(&a->dqkv, i)};
+}
+
+// A projection's output gradient (N,C), for the weight pass when it is kept in the slot.
+static void keep(loom_gpt2 *m, loom_tensor kept, loom_tensor d) {
+    if (kept.data != d.data) m->be->copy(m->be, kept.data, d.data, loom_nbytes(&d));
+}
+
+// Block l's weight and bias gradients from its matmuls' output gradients d (the weight pass, or
+// the end of a whole backward).
+static void block_weights(loom_gpt2 *m, const gpt2_views *v, int l, block_douts d) {
     loom_backend *be = m->be;
     const loom_gpt2_acts *a = &v->a;
-    int i = l - m->layout.stage.first_block;
+    int i = l - v->first;
+    loom_tensor none = no_tensor();
+    if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
+    be->matmul_backward(be, none, gpt2_grad(m, l, B_FCPROJW), gpt2_grad(m, l, B_FCPROJB), d.fcproj,
+                        layer(&a->fch_gelu, i), gpt2_param(m, l, B_FCPROJW));
+    be->matmul_backward(be, none, gpt2_grad(m, l, B_FCW), gpt2_grad(m, l, B_FCB), d.fch, layer(&a->ln2, i),
+                        gpt2_param(m, l, B_FCW));
+    be->matmul_backward(be, none, gpt2_grad(m, l, B_ATTPROJW), gpt2_grad(m, l, B_ATTPROJB), d.attproj,
+                        layer(&a->atty, i), gpt2_param(m, l, B_ATTPROJW));
+    be->matmul_backward(be, none, gpt2_grad(m, l, B_QKVW), gpt2_grad(m, l, B_QKVB), d.qkv, layer(&a->ln1, i),
+                        gpt2_param(m, l, B_QKVW));
+}
+
+// Block l's backward from v->dres = d(loss)/d(block output) to d(loss)/d(block input) in v->dres,
+// with the LayerNorm gradients; the matmuls' weight gradients too when part is LOOM_GRAD_ALL
+// (each at once, as their inputs' gradients), else their output gradients are kept for
+// block_weights.
+static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor x, loom_grad_part part) {
+    loom_backend *be = m->be;
+    const loom_gpt2_acts *a = &v->a;
+    int i = l - v->first;
+    bool all = part == LOOM_GRAD_ALL;
+    block_douts d = douts_of(v, l, part);
     if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, v, l, x); // the block's activations again
-    else if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
-    loom_tensor atty = layer(&a->atty, i);
+    else if (m->recompute == LOOM_RECOMPUTE_GELU && all) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
+    loom_tensor atty = layer(&a->atty, i), none = no_tensor();
     loom_tensor datty = LOOM_VIEW(v->dbtc.data, be->dtype, v->B, v->T, loom_cols(&atty)); // (B,T,Cl)
     tp_gather(m, v->dfull, v->dres);
-    be->matmul_gelu_backward(be, v->dfch, gpt2_grad(m, l, B_FCPROJW), gpt2_grad(m, l, B_FCPROJB), v->dfull,
-                             layer(&a->fch_gelu, i), gpt2_param(m, l, B_FCPROJW), layer(&a->fch, i));
-    be->matmul_backward(be, v->dbtc, gpt2_grad(m, l, B_FCW), gpt2_grad(m, l, B_FCB), v->dfch, layer(&a->ln2, i),
-                        gpt2_param(m, l, B_FCW));
+    keep(m, d.fcproj, v->dfull);
+    be->matmul_gelu_backward(be, d.fch, all ? gpt2_grad(m, l, B_FCPROJW) : none, all ? gpt2_grad(m, l, B_FCPROJB) : none,
+                             v->dfull, layer(&a->fch_gelu, i), gpt2_param(m, l, B_FCPROJW), layer(&a->fch, i));
+    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_FCW) : none, all ? gpt2_grad(m, l, B_FCB) : none, d.fch,
+                        layer(&a->ln2, i), gpt2_param(m, l, B_FCW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN2W), gpt2_grad(m, l, B_LN2B), v->dlocal,
                            layer(&a->residual2, i), gpt2_param(m, l, B_LN2W), layer(&a->ln2_mean, i),
                            layer(&a->ln2_rstd, i));
     // dres = d(loss)/d(residual2)
     tp_gather(m, v->dfull, v->dres);
-    be->matmul_backward(be, datty, gpt2_grad(m, l, B_ATTPROJW), gpt2_grad(m, l, B_ATTPROJB), v->dfull, atty,
-                        gpt2_param(m, l, B_ATTPROJW));
-    be->attention_backward(be, v->dqkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i), m->NH);
-    be->matmul_backward(be, v->dbtc, gpt2_grad(m, l, B_QKVW), gpt2_grad(m, l, B_QKVB), v->dqkv, layer(&a->ln1, i),
-                        gpt2_param(m, l, B_QKVW));
+    keep(m, d.attproj, v->dfull);
+    be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
+                        v->dfull, atty, gpt2_param(m, l, B_ATTPROJW));
+    be->attention_backward(be, d.qkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i), m->NH);
+    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, all ? gpt2_grad(m, l, B_QKVB) : none, d.qkv,
+                        layer(&a->ln1, i), gpt2_param(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));
 }
 
-// The embedding (first stage; else the stage's input is copied in), the blocks, and on the last
-// stage the final LayerNorm with its rows gathered into a->lnf.
+// The embedding (the first chunk of the first stage; else the chunk's input is copied in), the
+// chunk's blocks, and after the last chunk of the last stage the final LayerNorm with its rows
+// gathered into a->lnf.
 static void forward_body(loom_gpt2 *m, const gpt2_views *v, loom_tensor input) {
     loom_backend *be = m->be;
-    const loom_stage *st = &m->layout.stage;
     range_push(m, "forward", -1);
-    if (st->embed) {
+    if (v->embed) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, -1);
         loom_tensor x = v->a.encoded;
         be->encoder_forward(be, partial(v, x), v->a.tokens, m->p[m->wte], m->p[m->wpe], m->vocab_start);
@@ -128,16 +171,16 @@ static void forward_body(loom_gpt2 *m, const gpt2_views *v, loom_tensor input) {
         LOOM_CHECK(loom_numel(&input) == loom_numel(&v->a.encoded));
         be->copy(be, v->a.encoded.data, input.data, loom_nbytes(&v->a.encoded));
     }
-    for (int l = st->first_block; l < st->first_block + st->num_blocks; l++) {
+    for (int l = v->first; l < v->first + v->nblocks; l++) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, l);
         range_push(m, "block", l);
-        block_forward(m, v, l, block_input(m, v, l));
+        block_forward(m, v, l, block_input(v, l));
         range_pop(m);
     }
-    if (st->head) {
+    if (v->head) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, m->cfg.num_layers);
         loom_tensor lnf = gpt2_mine(m, v, v->a.lnf);
-        be->layernorm_forward(be, lnf, v->a.lnf_mean, v->a.lnf_rstd, block_input(m, v, st->first_block + st->num_blocks),
+        be->layernorm_forward(be, lnf, v->a.lnf_mean, v->a.lnf_rstd, block_input(v, v->first + v->nblocks),
                               m->p[m->lnfw], m->p[m->lnfb]);
         tp_gather(m, v->a.lnf, lnf);
     }
@@ -180,45 +223,59 @@ static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward
     return sum / (double)N;
 }
 
-loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, loom_tensor input, bool backward, float grad_scale,
-                                    double *loss) {
+loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, int chunk, loom_tensor input, bool backward,
+                                    float grad_scale, double *loss) {
     LOOM_CHECK(!backward || m->training);
-    gpt2_views v = gpt2_views_of(m, slot);
+    gpt2_views v = gpt2_views_of(m, slot, chunk);
     forward_body(m, &v, input);
-    if (!m->layout.stage.head) return layer(&v.a.residual3, m->layout.stage.num_blocks - 1);
+    if (!v.head) return layer(&v.a.residual3, v.nblocks - 1);
     range_push(m, "head", -1);
     *loss = head(m, &v, grad_scale / (float)v.N, backward);
     range_pop(m);
     return no_tensor();
 }
 
-loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, loom_tensor dout) {
-    LOOM_CHECK(m->training);
+// The weight part: each block's weight gradients from the output gradients its input part kept.
+static void weights_backward(loom_gpt2 *m, const gpt2_views *v) {
+    for (int l = v->first + v->nblocks - 1; l >= v->first; l--) {
+        range_push(m, "block weights", l);
+        block_weights(m, v, l, douts_of(v, l, LOOM_GRAD_WEIGHT));
+        range_pop(m);
+        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, l);
+    }
+}
+
+loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_tensor dout, loom_grad_part part) {
+    LOOM_CHECK(m->training && (part == LOOM_GRAD_ALL || m->split_backward));
     loom_backend *be = m->be;
-    const loom_stage *st = &m->layout.stage;
-    int L = m->cfg.num_layers, last = st->first_block + st->num_blocks;
-    gpt2_views v = gpt2_views_of(m, slot);
+    int L = m->cfg.num_layers;
+    gpt2_views v = gpt2_views_of(m, slot, chunk);
+    if (part == LOOM_GRAD_WEIGHT) {
+        weights_backward(m, &v);
+        return no_tensor();
+    }
+    int last = v.first + v.nblocks;
     range_push(m, "backward", -1);
-    if (st->head) {
+    if (v.head) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, L);
         be->zero(be, v.dres.data, loom_nbytes(&v.dres));
-        be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], v.a.dlnf, block_input(m, &v, last),
+        be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], v.a.dlnf, block_input(&v, last),
                                m->p[m->lnfw], v.a.lnf_mean, v.a.lnf_rstd);
         loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, L);
     } else {
         LOOM_CHECK(loom_numel(&dout) == loom_numel(&v.dres));
         be->copy(be, v.dres.data, dout.data, loom_nbytes(&v.dres));
     }
-    for (int l = last - 1; l >= st->first_block; l--) {
+    for (int l = last - 1; l >= v.first; l--) {
         // here dres = d(loss)/d(block l output)
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, l);
         range_push(m, "block backward", l);
-        block_backward(m, &v, l, block_input(m, &v, l));
+        block_backward(m, &v, l, block_input(&v, l), part);
         range_pop(m);
-        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, l);
+        if (part == LOOM_GRAD_ALL) loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, l);
     }
     loom_tensor din = v.dres;
-    if (st->embed) {
+    if (v.embed) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
         tp_gather(m, v.dfull, v.dres);
         be->encoder_backward(be, m->g[m->wte], m->g[m->wpe], v.dfull, v.a.tokens, m->vocab_start);
@@ -237,7 +294,8 @@ void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *lo
     memcpy(padded, tokens, (size_t)T * sizeof(int32_t));
     loom_gpt2_set_batch(m, 0, padded, NULL, 1, Tp);
     free(padded);
-    gpt2_views v = gpt2_views_of(m, 0);
+    LOOM_CHECK(m->layout.stage.num_chunks == 1 && m->layout.stage.embed && m->layout.stage.head);
+    gpt2_views v = gpt2_views_of(m, 0, 0);
     forward_body(m, &v, no_tensor());
     loom_tensor last = loom_row_slice(&v.a.lnf, T - 1, T);
     loom_tensor out = loom_row_slice(&v.logits, 0, 1);

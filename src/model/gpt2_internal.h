@@ -7,6 +7,8 @@
 // slots share, and (training) the gradient scratch.
 typedef struct {
     int64_t B, T, N, Nl;     // tokens (N = B*T) and the residual-stream rows this rank holds
+    int first, nblocks;      // the chunk's blocks
+    bool embed, head;        // whether the chunk starts with the embedding, ends with the head
     loom_gpt2_acts a;        // the slot
     loom_tensor logits;      // (chunk,Vl) one chunk of output rows
     loom_tensor proj;        // (N,C) partial products of the row-parallel layers and the embedding
@@ -16,8 +18,9 @@ typedef struct {
     loom_tensor dqkv, dfch;  // (B,T,3Cl), (N,4Cl)
 } gpt2_views;
 
-// The views of slot `slot` for its micro-batch (gradient views only when training).
-gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot);
+// The views of slot `slot` for its micro-batch on chunk `chunk` (gradient views only when
+// training).
+gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot, int chunk);
 // Tensor k (B_*) of block l, its gradient, and the view a forward adds it through (empty when
 // this shard does not add it: the bias of a row-parallel layer on tp ranks other than 0).
 loom_tensor gpt2_param(const loom_gpt2 *m, int l, int k);

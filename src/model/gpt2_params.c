@@ -46,7 +46,7 @@ int64_t loom_gpt2_file_layout(const loom_gpt2_config *cfg, loom_gpt2_tensor *s) 
 }
 
 loom_stage loom_gpt2_whole(const loom_gpt2_config *cfg) {
-    return (loom_stage){0, cfg->num_layers, true, true};
+    return (loom_stage){1, {{0, cfg->num_layers}}, true, true};
 }
 
 // Table entry for layer `layer` of file tensor t (per-layer tensors: that layer's slice).
@@ -76,23 +76,35 @@ loom_status loom_gpt2_param_table(const loom_gpt2_config *cfg, const loom_stage 
         return loom_fail(LOOM_EINVAL, "use a --tp that divides the padded vocabulary",
                          "tensor parallelism over %d ranks splits the padded vocabulary %d unevenly", tp_size,
                          cfg->padded_vocab_size);
-    if (stage->first_block < 0 || stage->num_blocks < 0 || stage->first_block + stage->num_blocks > L)
-        return loom_fail(LOOM_EINVAL, NULL, "stage blocks [%d, %d) lie outside the model's %d blocks",
-                         stage->first_block, stage->first_block + stage->num_blocks, L);
+    if (stage->num_chunks < 1 || stage->num_chunks > LOOM_MAX_CHUNKS)
+        return loom_fail(LOOM_EINVAL, NULL, "a stage of %d chunks (1 to %d)", stage->num_chunks, LOOM_MAX_CHUNKS);
+    for (int c = 0, next = 0; c < stage->num_chunks; c++) { // next: the first block chunk c may start at
+        const loom_chunk *k = &stage->chunk[c];
+        if (k->first_block < next || k->num_blocks < 0 || k->first_block + k->num_blocks > L)
+            return loom_fail(LOOM_EINVAL, NULL, "chunk %d's blocks [%d, %d) are not after the previous chunk's and "
+                             "inside the model's %d blocks", c, k->first_block, k->first_block + k->num_blocks, L);
+        next = k->first_block + k->num_blocks;
+    }
     loom_gpt2_tensor f[LOOM_GPT2_NUM_TENSORS];
     loom_gpt2_file_layout(cfg, f);
     if (stage->embed) {
         add(out, cfg, f, P_WTE, -1);
         add(out, cfg, f, P_WPE, -1);
     }
-    for (int l = stage->first_block; l < stage->first_block + stage->num_blocks; l++)
-        for (int k = 0; k < LOOM_GPT2_BLOCK_TENSORS; k++) add(out, cfg, f, LOOM_GPT2_BLOCK_FILE_TENSOR[k], l);
+    for (int c = 0; c < stage->num_chunks; c++)
+        for (int l = stage->chunk[c].first_block; l < stage->chunk[c].first_block + stage->chunk[c].num_blocks; l++)
+            for (int k = 0; k < LOOM_GPT2_BLOCK_TENSORS; k++) add(out, cfg, f, LOOM_GPT2_BLOCK_FILE_TENSOR[k], l);
     if (stage->head) {
         add(out, cfg, f, P_LNFW, L);
         add(out, cfg, f, P_LNFB, L);
         if (!stage->embed) add(out, cfg, f, P_WTE, L); // the tied output layer's own copy
     }
     loom_status s = loom_param_table_shard(out, tp_rank, tp_size);
-    if (s != LOOM_OK) loom_param_table_free(out);
-    return s;
+    if (s != LOOM_OK) {
+        loom_param_table_free(out);
+        return s;
+    }
+    out->file_elements = loom_gpt2_file_layout(cfg, f); // the whole file, whatever this stage holds
+    if (stage->head && !stage->embed) out->params[out->count - 1].counted = false; // the wte copy
+    return LOOM_OK;
 }

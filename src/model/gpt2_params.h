@@ -53,10 +53,20 @@ typedef struct {
     loom_shard_spec shard; // of one layer's tensor
 } loom_gpt2_tensor;
 
-// A pipeline stage: blocks [first_block, first_block + num_blocks), plus the embedding (the
-// first stage) and the final LayerNorm, output layer and loss (the last stage).
+// A model chunk (a virtual pipeline stage): blocks [first_block, first_block + num_blocks).
 typedef struct {
     int first_block, num_blocks;
+} loom_chunk;
+
+enum { LOOM_MAX_CHUNKS = 8 };
+
+// What one rank holds of the model in a pipeline: its chunks (one, or V non-adjacent ones under
+// the interleaved and V-shaped schedules; ascending and disjoint), plus the embedding before the
+// first chunk (the rank holding block 0) and the final LayerNorm, output layer and loss after
+// the last chunk (the rank holding block L-1).
+typedef struct {
+    int num_chunks;
+    loom_chunk chunk[LOOM_MAX_CHUNKS];
     bool embed, head;
 } loom_stage;
 
@@ -64,8 +74,10 @@ typedef struct {
 int64_t loom_gpt2_file_layout(const loom_gpt2_config *cfg, loom_gpt2_tensor *out);
 // The whole model as one stage.
 loom_stage loom_gpt2_whole(const loom_gpt2_config *cfg);
-// The table of `stage`'s parameters as tensor-parallel rank tp_rank of tp_size holds them.
-// Errors: LOOM_EINVAL naming the value when the heads or the padded vocabulary do not divide
-// by tp_size, or the stage's blocks lie outside the model.
+// The table of `stage`'s parameters as tensor-parallel rank tp_rank of tp_size holds them:
+// layer-major over the chunks in order; a head without the embedding keeps its own copy of
+// the tied wte (layer L, not `counted`: the embedding's copy counts it). Errors: LOOM_EINVAL
+// naming the value when the heads or the padded vocabulary do not divide by tp_size, or the
+// chunks are not ascending, disjoint and inside the model.
 loom_status loom_gpt2_param_table(const loom_gpt2_config *cfg, const loom_stage *stage, int tp_rank,
                                   int tp_size, loom_param_table *out);

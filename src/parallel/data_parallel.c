@@ -128,10 +128,10 @@ int64_t loom_dp_bucket_elements(const loom_dp *dp) { return dp->buckets[0].len; 
 
 bool loom_dp_syncs(const loom_dp *dp, int a, int A) { return (dp->W > 1 && dp->zero == 2) || a == A - 1; }
 
-void loom_dp_begin_micro_batch(loom_dp *dp, void *grads, int a, int A) {
+void loom_dp_begin_micro_batch(loom_dp *dp, void *grads, bool first, bool sync) {
     dp->grads = grads;
-    dp->communicate = dp->W > 1 && loom_dp_syncs(dp, a, A);
-    dp->first = a == 0;
+    dp->communicate = dp->W > 1 && sync;
+    dp->first = first;
 }
 
 static void keep_error(loom_dp *dp, loom_status s) {

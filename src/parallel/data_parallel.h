@@ -50,8 +50,10 @@ int64_t loom_dp_bucket_elements(const loom_dp *dp); // the bucket length before 
 // micro-batch; else the last), i.e. whether the buffer then holds this micro-batch's only.
 bool loom_dp_syncs(const loom_dp *dp, int a, int A);
 
-// Before micro-batch a of A writes its gradients into `grads` (the model's flat buffer).
-void loom_dp_begin_micro_batch(loom_dp *dp, void *grads, int a, int A);
+// Before a micro-batch writes its gradients into `grads` (the model's flat buffer): whether it
+// is the step's first and whether its gradients are reduced (loom_dp_syncs; a pipeline, whose
+// micro-batches interleave, reduces once after all of them, as one micro-batch).
+void loom_dp_begin_micro_batch(loom_dp *dp, void *grads, bool first, bool sync);
 // The model's LOOM_HOOK_GRADS hook (ctx = the loom_dp): starts the reductions of the buckets
 // whose gradients are all final once `layer`'s are.
 void loom_dp_grads_ready(void *ctx, int layer);

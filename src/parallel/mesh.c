@@ -13,7 +13,11 @@ static const unsigned GROUP_AXES[LOOM_GROUPS] = {
     [LOOM_GROUP_TP] = 1u << LOOM_AXIS_TP,
     [LOOM_GROUP_DP_CP] = 1u << LOOM_AXIS_DP_REPLICATE | 1u << LOOM_AXIS_DP_SHARD | 1u << LOOM_AXIS_CP,
     [LOOM_GROUP_MP] = 1u << LOOM_AXIS_TP | 1u << LOOM_AXIS_PP,
+    [LOOM_GROUP_EMBED] = 1u << LOOM_AXIS_PP, // its two ends only: the pp group itself when pp <= 2
 };
+
+// The embedding group differs from the pp group when ranks lie between the two ends.
+static bool embed_apart(const loom_mesh *m, int g) { return g == LOOM_GROUP_EMBED && m->size[LOOM_AXIS_PP] > 2; }
 
 // The axes of group g that have more than one rank: groups with equal masks are equal.
 static unsigned live_axes(const loom_mesh *m, loom_mesh_group g) {
@@ -25,6 +29,7 @@ static unsigned live_axes(const loom_mesh *m, loom_mesh_group g) {
 
 // The earlier group with the same ranks as g, or g.
 static int first_equal(const loom_mesh *m, loom_mesh_group g) {
+    if (embed_apart(m, g)) return g;
     for (int h = 0; h < (int)g; h++)
         if (live_axes(m, h) == live_axes(m, g)) return h;
     return g;
@@ -62,7 +67,9 @@ loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, 
         }
         int coord[LOOM_AXES];
         for (int a = 0; a < LOOM_AXES; a++) coord[a] = GROUP_AXES[g] >> a & 1u ? 0 : m->coord[a];
-        loom_status s = loom_comm_split(world, rank_of(m, coord), m->rank, &m->host[g]);
+        int pp_i = m->coord[LOOM_AXIS_PP], color = rank_of(m, coord);
+        if (embed_apart(m, g) && pp_i > 0 && pp_i < pp - 1) color = W + m->rank; // alone
+        loom_status s = loom_comm_split(world, color, m->rank, &m->host[g]);
         if (s != LOOM_OK) {
             loom_mesh_free(m);
             return s;

@@ -12,7 +12,9 @@
 // Groups: each axis, plus the combinations the layouts need: dp (dp_replicate x dp_shard: the
 // replicas of one model shard, which read different data), dp_cp (dp x cp: the ranks whose
 // gradients of the same parameters are averaged), mp (tp x pp: the ranks that together hold one
-// replica of the model, over which the gradient norm is summed). Each group exists for host
+// replica of the model, over which the gradient norm is summed), and embed (Megatron-LM's
+// embedding group: the first and the last rank of a pp group, which both hold the tied word
+// embedding; a group of its own for the ranks between). Each group exists for host
 // values (MPI or self) and, once loom_mesh_attach_device is called on a GPU, for device buffers
 // (NCCL, or MPI staged through host memory when ranks share a GPU); on the CPU the device group
 // is the host group.
@@ -20,7 +22,10 @@
 #include "comm/comm.h"
 
 typedef enum { LOOM_AXIS_PP, LOOM_AXIS_DP_REPLICATE, LOOM_AXIS_DP_SHARD, LOOM_AXIS_CP, LOOM_AXIS_TP, LOOM_AXES } loom_mesh_axis;
-typedef enum { LOOM_GROUP_PP, LOOM_GROUP_DP, LOOM_GROUP_CP, LOOM_GROUP_TP, LOOM_GROUP_DP_CP, LOOM_GROUP_MP, LOOM_GROUPS } loom_mesh_group;
+typedef enum {
+    LOOM_GROUP_PP, LOOM_GROUP_DP, LOOM_GROUP_CP, LOOM_GROUP_TP, LOOM_GROUP_DP_CP, LOOM_GROUP_MP, LOOM_GROUP_EMBED,
+    LOOM_GROUPS
+} loom_mesh_group;
 
 typedef struct {
     int size[LOOM_AXES];  // the degree of each axis

@@ -1,6 +1,6 @@
 // A trainer's checkpoints; see trainer.h and ckpt/checkpoint.h.
 #include "core/log.h"
-#include "train/trainer.h"
+#include "train/trainer_internal.h"
 
 #include <string.h>
 
@@ -31,30 +31,49 @@ static double sumsq(loom_backend *be, const loom_param_table *table, const void 
 }
 
 // Every data-parallel replica holds the same parameters (replicated, or gathered after ZeRO's
-// update) and every tp rank the same replicated tensors: their sums of squares, computed in a
-// fixed order, must agree bit for bit.
+// update), every tp rank the same replicated tensors, and the two ends of a pipeline the same
+// tied embedding: their sums of squares, computed in a fixed order, must agree bit for bit.
 static loom_status check_replicas(loom_trainer *t) {
     const loom_gpt2 *m = t->model;
     LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP], sumsq(t->be, &m->table, m->params, false), "parameters"));
-    return same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(t->be, &m->table, m->params, true), "replicated tensors");
+    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(t->be, &m->table, m->params, true), "replicated tensors"));
+    if (m->layout.stage.embed == m->layout.stage.head) return LOOM_OK;
+    int64_t n = loom_numel(&m->p[m->wte]);
+    double wte = t->be->sumsq(t->be, loom_view_dims(m->p[m->wte].data, t->be->dtype, &n, 1));
+    return same_over(t, t->mesh->host[LOOM_GROUP_EMBED], wte, "tied embeddings");
 }
 
-// Replica 0's tp ranks gather their shards; rank 0 writes the whole model file.
+// The parameter table of model-parallel rank r (tp x pp, tp fastest) of this trainer's mesh.
+static loom_status table_of(const loom_trainer *t, int r, loom_param_table *table) {
+    loom_stage stage = loom_train_stage_of(t, &t->model->cfg, r / t->cfg.tp);
+    return loom_gpt2_param_table(&t->model->cfg, &stage, r % t->cfg.tp, t->cfg.tp, table);
+}
+
+// Replica 0's model-parallel ranks gather their shards, each padded to the largest; rank 0
+// places each in the whole model file by that rank's table and writes it.
 static loom_status save_model(loom_trainer *t, const char *dir) {
     if (t->dp_rank != 0) return LOOM_OK;
     const loom_gpt2 *m = t->model;
-    loom_comm *tp = t->mesh->host[LOOM_GROUP_TP];
-    int P = loom_comm_size(tp);
-    size_t n = (size_t)m->num_elements;
-    float *local = loom_xmalloc(n * sizeof(float)), *all = loom_xmalloc(n * (size_t)P * sizeof(float));
+    loom_comm *mp = t->mesh->host[LOOM_GROUP_MP];
+    int P = loom_comm_size(mp);
+    loom_param_table *tables = loom_xcalloc((size_t)P, sizeof *tables);
+    int64_t most = 0;
+    loom_status s = LOOM_OK;
+    for (int r = 0; r < P && s == LOOM_OK; r++) {
+        s = table_of(t, r, &tables[r]);
+        if (s == LOOM_OK && tables[r].num_elements > most) most = tables[r].num_elements;
+    }
+    float *local = loom_xcalloc((size_t)most, sizeof(float)), *all = loom_xmalloc((size_t)most * (size_t)P * sizeof(float));
     loom_gpt2_download(m, m->params, local);
-    loom_status s = loom_allgather(tp, local, all, n, LOOM_F32, NULL);
+    if (s == LOOM_OK) s = loom_allgather(mp, local, all, (size_t)most, LOOM_F32, NULL);
     if (s == LOOM_OK && t->mesh->rank == 0) {
         float *file = loom_xcalloc((size_t)m->table.file_elements, sizeof(float));
-        for (int r = 0; r < P; r++) loom_param_table_copy(&m->table, r, all + (size_t)r * n, file, true);
+        for (int r = 0; r < P; r++) loom_param_table_copy(&tables[r], r % t->cfg.tp, all + (size_t)r * (size_t)most, file, true);
         s = loom_ckpt_save_model(dir, &t->st, &m->cfg, file, m->table.file_elements);
         free(file);
     }
+    for (int r = 0; r < P; r++) loom_param_table_free(&tables[r]);
+    free(tables);
     free(local);
     free(all);
     return s;

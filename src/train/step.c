@@ -1,8 +1,48 @@
 // The training step and evaluation; see trainer.h.
 #include "core/timer.h"
-#include "train/trainer.h"
+#include "train/trainer_internal.h"
 
 #include <math.h>
+
+// ---- the model as the pipeline executor drives it ----
+static void pipe_load(void *ctx, int slot, int mb, int stage) {
+    loom_trainer *t = ctx;
+    const loom_pp_schedule *s = t->schedule;
+    t->batch(t->batch_ctx, t->batch_first + (uint64_t)mb, t->inputs, t->targets);
+    loom_gpt2_set_batch(t->model, slot, stage == 0 ? t->inputs : NULL, stage == s->S - 1 ? t->targets : NULL,
+                        t->cfg.batch, t->st.seq_len);
+}
+
+static loom_tensor pipe_forward(void *ctx, int slot, int chunk, loom_tensor input, bool backward, double *loss) {
+    loom_trainer *t = ctx;
+    return loom_gpt2_stage_forward(t->model, slot, chunk, input, backward, 1.0f / (float)t->grad_accum, loss);
+}
+
+static loom_tensor pipe_backward(void *ctx, int slot, int chunk, loom_tensor dout, loom_pp_op op) {
+    loom_trainer *t = ctx;
+    loom_grad_part part = op == LOOM_PP_I ? LOOM_GRAD_INPUT : op == LOOM_PP_W ? LOOM_GRAD_WEIGHT : LOOM_GRAD_ALL;
+    return loom_gpt2_stage_backward(t->model, slot, chunk, dout, part);
+}
+
+loom_pp_model loom_train_pipeline_model(loom_trainer *t) {
+    return (loom_pp_model){t, pipe_load, pipe_forward, pipe_backward};
+}
+
+// After a pipeline's micro-batches: the tied embedding's gradient summed over its two copies
+// (the first and the last stage, when they are different ranks), then every layer's gradient
+// hooks run as for one synchronised micro-batch: the sequence-parallel sums and the
+// data-parallel reductions.
+static loom_status pipeline_sync(loom_trainer *t) {
+    loom_gpt2 *m = t->model;
+    if (m->layout.stage.embed != m->layout.stage.head)
+        LOOM_TRY(loom_allreduce(t->mesh->dev[LOOM_GROUP_EMBED], m->g[m->wte].data, (size_t)loom_numel(&m->g[m->wte]),
+                                t->be->dtype, LOOM_SUM, NULL));
+    if (t->tp) loom_tp_begin_micro_batch(t->tp, true);
+    loom_dp_begin_micro_batch(t->dp, m->grads, true, true);
+    for (int l = m->cfg.num_layers; l >= -1; l--) loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, l);
+    if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+    return loom_dp_end_micro_batch(t->dp);
+}
 
 loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {
     const loom_train_config *c = &t->cfg;
@@ -12,14 +52,23 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     double t0 = loom_now();
     loom_gpt2_zero_grads(m);
     double sum = 0;
-    for (int a = 0; a < A; a++) {
-        batch(ctx, first + (uint64_t)a, t->inputs, t->targets);
-        if (t->tp) loom_tp_begin_micro_batch(t->tp, loom_dp_syncs(t->dp, a, A));
-        loom_dp_begin_micro_batch(t->dp, m->grads, a, A);
-        sum += loom_gpt2_forward_backward(m, t->inputs, t->targets, B, T, 1.0f / (float)A);
+    if (t->pipe) { // the schedule's actions over the A micro-batches, then one reduction
+        t->batch = batch, t->batch_ctx = ctx, t->batch_first = first;
+        if (t->tp) loom_tp_begin_micro_batch(t->tp, false);
+        loom_dp_begin_micro_batch(t->dp, m->grads, true, false);
+        LOOM_TRY(loom_pp_run(t->pipe, t->timed, &sum));
         if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
-        LOOM_TRY(loom_dp_end_micro_batch(t->dp));
-    }
+        LOOM_TRY(pipeline_sync(t));
+        LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_PP], &sum, 1, LOOM_F64, LOOM_SUM, NULL)); // the last stage's
+    } else
+        for (int a = 0; a < A; a++) {
+            batch(ctx, first + (uint64_t)a, t->inputs, t->targets);
+            if (t->tp) loom_tp_begin_micro_batch(t->tp, loom_dp_syncs(t->dp, a, A));
+            loom_dp_begin_micro_batch(t->dp, m->grads, a == 0, loom_dp_syncs(t->dp, a, A));
+            sum += loom_gpt2_forward_backward(m, t->inputs, t->targets, B, T, 1.0f / (float)A);
+            if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+            LOOM_TRY(loom_dp_end_micro_batch(t->dp));
+        }
     out->loss = sum / A;
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP], &out->loss, 1, LOOM_F64, LOOM_AVG, NULL));
     if (t->timed) t->be->synchronize(t->be);
@@ -53,12 +102,19 @@ loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loo
 
 loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int n, double *loss) {
     double sum = 0;
+    t->batch = batch, t->batch_ctx = ctx, t->batch_first = 0;
     for (int i = t->dp_rank; i < n; i += t->dp_size) {
-        batch(ctx, (uint64_t)i, t->inputs, t->targets);
-        sum += loom_gpt2_loss(t->model, t->inputs, t->targets, t->cfg.batch, t->st.seq_len);
+        double l = 0;
+        if (t->pipe) LOOM_TRY(loom_pp_forward(t->pipe, i, &l));
+        else {
+            batch(ctx, (uint64_t)i, t->inputs, t->targets);
+            l = loom_gpt2_loss(t->model, t->inputs, t->targets, t->cfg.batch, t->st.seq_len);
+        }
+        sum += l;
         if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
     }
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));
+    if (t->pipe) LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_PP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));
     *loss = sum / n;
     return LOOM_OK;
 }

@@ -1,7 +1,7 @@
 // A trainer's construction: mesh, backend, model shard, tensor and data parallelism, optimizer,
 // fresh or resumed; see trainer.h. Each phase that can fail on some ranks only ends with an
 // agreement, so no rank enters a collective another has left.
-#include "train/trainer.h"
+#include "train/trainer_internal.h"
 
 #include "ckpt/llmc_model.h"
 #include "core/log.h"
@@ -56,17 +56,64 @@ static loom_status read_start(loom_trainer *t, loom_gpt2_config *cfg, float **fi
     return LOOM_OK;
 }
 
-// The model shard, its activations, tensor and data parallelism, and the optimizer.
+// The pipeline schedule (pp > 1). Errors: those of loom_pp_schedule_make; LOOM_EINVAL when the
+// blocks do not split into the stages.
+static loom_status make_schedule(loom_trainer *t, const loom_gpt2_config *cfg) {
+    const loom_train_config *c = &t->cfg;
+    if (c->pp == 1) {
+        if (c->virtual_stages > 1)
+            return loom_fail(LOOM_EINVAL, "add --pp 2 or more", "--virtual-stages %d needs a pipeline", c->virtual_stages);
+        return LOOM_OK;
+    }
+    loom_pp_kind kind;
+    LOOM_TRY(loom_pp_kind_parse(c->pp_schedule ? c->pp_schedule : "1f1b", &kind));
+    LOOM_TRY(loom_pp_schedule_make(&t->schedule, kind, c->pp, t->grad_accum, c->virtual_stages));
+    int S = t->schedule->S, V = t->schedule->V, L = cfg->num_layers;
+    if (V > LOOM_MAX_CHUNKS)
+        return loom_fail(LOOM_EINVAL, "use --virtual-stages 8 or fewer", "--virtual-stages %d exceeds %d", V, LOOM_MAX_CHUNKS);
+    if (L % S != 0)
+        return loom_fail(LOOM_EINVAL, "use a --pp (times --virtual-stages) that divides the layers",
+                         "the model's %d layers do not split into --pp %d x %d stages per rank = %d equal stages", L,
+                         c->pp, V, S);
+    return LOOM_OK;
+}
+
+loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cfg, int pp_rank) {
+    const loom_pp_schedule *s = t->schedule;
+    if (!s) return loom_gpt2_whole(cfg);
+    int stages[LOOM_MAX_CHUNKS], V = s->V, per = cfg->num_layers / s->S;
+    loom_pp_rank_stages(s, pp_rank, stages);
+    loom_stage stage = {.num_chunks = V, .embed = stages[0] == 0, .head = stages[V - 1] == s->S - 1};
+    for (int i = 0; i < V; i++) stage.chunk[i] = (loom_chunk){stages[i] * per, per};
+    return stage;
+}
+
+// Whether the schedule splits this rank's backward into its input and weight halves.
+static bool splits_backward(const loom_pp_schedule *s, int rank) {
+    for (int i = 0; s && i < s->count[rank]; i++)
+        if (s->actions[rank][i].op == LOOM_PP_I) return true;
+    return false;
+}
+
+// The model shard, its activations, tensor, pipeline and data parallelism, and the optimizer.
 static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, const float *file) {
     const loom_train_config *c = &t->cfg;
     loom_mesh *mesh = t->mesh;
-    loom_gpt2_layout layout = {loom_gpt2_whole(cfg), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp};
+    LOOM_TRY(make_schedule(t, cfg));
+    loom_gpt2_layout layout = {loom_train_stage_of(t, cfg, t->pp_rank), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp};
     LOOM_TRY(loom_gpt2_create_layout(&t->model, t->be, cfg, &layout));
     loom_gpt2 *m = t->model;
     if (file) loom_gpt2_set_params(m, file);
     else loom_gpt2_init(m, c->seed);
     m->recompute = c->recompute;
+    m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
+    m->split_backward = splits_backward(t->schedule, t->pp_rank);
     LOOM_TRY(loom_gpt2_alloc(m, c->batch, t->st.seq_len, true));
+    if (t->schedule) {
+        int64_t rows = (int64_t)c->batch * t->st.seq_len / m->row_shards;
+        LOOM_TRY(loom_pp_create(&t->pipe, t->schedule, t->pp_rank, mesh->dev[LOOM_GROUP_PP], t->be,
+                                rows * cfg->channels, loom_train_pipeline_model(t)));
+    }
     if (c->tp > 1) {
         LOOM_TRY(loom_tp_create(&t->tp, mesh->dev[LOOM_GROUP_TP], mesh->host[LOOM_GROUP_TP], t->be, c->sp, m->logits_chunk));
         loom_tp_attach(t->tp, &m->tp, &m->hooks, &m->table, m->grads);
@@ -85,6 +132,12 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
 // Resume: this rank's optimizer state from checkpoint `step` (ZeRO 0: replica 0's of its shard).
 static loom_status load_state(loom_trainer *t, int64_t step) {
     const loom_train_state *st = &t->st;
+    int V = t->schedule ? t->schedule->V : 1, v_shape = t->schedule && t->schedule->v_shape;
+    if (st->virtual_stages != V || st->v_shape != v_shape)
+        return loom_fail(LOOM_EINVAL, "resume with a --pp-schedule and --virtual-stages that place the blocks as the checkpoint's",
+                         "checkpoint step %lld holds %d stages per rank%s, this run %d%s", (long long)step,
+                         st->virtual_stages, st->v_shape ? " in a V" : "", V, v_shape ? " in a V" : "");
+
     if (loom_dp_bucket_elements(t->dp) != st->bucket_elements)
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --bucket-mb",
                          "checkpoint step %lld used buckets of %lld elements, this run %lld", (long long)step,
@@ -116,6 +169,8 @@ static void set_layout(loom_trainer *t) {
     t->st.state_files = c->zero == 0 ? t->mesh->world_size / t->dp_size : t->mesh->world_size;
     t->st.bucket_elements = loom_dp_bucket_elements(t->dp);
     t->st.tp = c->tp, t->st.pp = c->pp, t->st.cp = c->cp, t->st.sp = c->sp;
+    t->st.virtual_stages = t->schedule ? t->schedule->V : 1;
+    t->st.v_shape = t->schedule && t->schedule->v_shape;
 }
 
 static loom_status build(loom_trainer *t, bool *report) {
@@ -123,6 +178,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp));
     t->dp_rank = loom_mesh_rank(t->mesh, LOOM_GROUP_DP);
     t->dp_size = loom_mesh_size(t->mesh, LOOM_GROUP_DP);
+    t->pp_rank = t->mesh->coord[LOOM_AXIS_PP];
     if (!t->cfg.global_batch) t->cfg.global_batch = c->batch * t->dp_size;
     t->grad_accum = c->global_batch / (c->batch * t->dp_size);
     int threads = c->threads ? c->threads : omp_get_num_procs() / loom_comm_local_size(t->world);
@@ -161,6 +217,8 @@ void loom_trainer_free(loom_trainer *t) {
     free(t->targets);
     loom_adamw_free(t->opt);
     loom_dp_free(t->dp);
+    loom_pp_free(t->pipe);
+    loom_pp_schedule_free(t->schedule);
     loom_tp_free(t->tp);
     loom_gpt2_free(t->model);
     loom_mesh_free(t->mesh); // before the backend: NCCL groups wait on its stream

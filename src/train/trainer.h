@@ -8,7 +8,10 @@
 //   for a in 0..A-1:   micro-batch index step x G/B + d x A + a of the data order (every rank of
 //                      a tensor-parallel group reads the same); forward and backward, the
 //                      gradient reductions starting from the model's hooks
-//   loss:              averaged over the data-parallel ranks
+//   with pp > 1:       the A micro-batches run through the pipeline schedule's actions instead
+//                      (parallel/pipeline.h); then the tied embedding's two copies' gradients
+//                      are summed over the embedding group and the gradients are reduced once
+//   loss:              the last stage's, averaged over the data-parallel ranks
 //   gradient norm:     summed over data-parallel pieces and model-parallel ranks, each parameter
 //                      once; clipping by it
 //   AdamW on this rank's state, the updated parameters gathered (ZeRO 1/2)
@@ -22,6 +25,7 @@
 #include "optim/schedule.h"
 #include "parallel/data_parallel.h"
 #include "parallel/mesh.h"
+#include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
 
 #include <stdbool.h>
@@ -32,6 +36,8 @@ typedef struct {
     int batch, seq;          // micro-batch B (sequences) and sequence length T (0: the model's maximum)
     int global_batch;        // sequences per optimizer step over all data-parallel ranks
     int tp, pp, cp;          // mesh degrees (dp is what the world leaves)
+    const char *pp_schedule; // with pp > 1: parallel/pipeline_schedule.h's names (NULL: "1f1b")
+    int virtual_stages;      // stages per rank of the interleaved schedule (0: the schedule's own)
     bool sp;                 // sequence parallelism over the tp ranks
     int zero;                // ZeRO stage 0, 1, 2
     double bucket_mb;        // gradient bucket size (MiB)
@@ -55,11 +61,17 @@ typedef struct {
     loom_backend *be;
     loom_gpt2 *model;          // this rank's stage and tensor-parallel shard
     loom_tp *tp;               // tensor parallelism (NULL with tp 1)
+    loom_pp_schedule *schedule; // pipeline parallelism (both NULL with pp 1)
+    loom_pp *pipe;
+    int pp_rank;               // this rank's pipeline stage
     loom_dp *dp;               // data parallelism over the same shard of the other replicas
     loom_adamw *opt;           // over this rank's state
     int dp_rank, dp_size, grad_accum; // grad_accum: micro-batches per rank and step
     loom_train_state st;       // step, data position, layout; resumed or fresh
     int32_t *inputs, *targets; // (B,T) host
+    loom_batch_fn batch;       // where the pipeline loads micro-batch mb: batch(ctx, first + mb)
+    void *batch_ctx;
+    uint64_t batch_first;
     void *reduced;             // the averaged gradients of the last backward (optimizer-state order)
     bool timed;                // synchronise to time the step's phases
     double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches and update (when timed)

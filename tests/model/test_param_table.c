@@ -90,11 +90,19 @@ static void test_layout(void) {
     T_ASSERT(wrong == 0, "%d block entries out of place", wrong);
     T_ASSERT(t.params[0].layer == -1 && t.params[t.count - 1].layer == cfg.num_layers, "embeddings first, lnf last");
     loom_param_table_free(&t);
-    // a stage of blocks 1..2 with the head holds its own copy of wte
-    loom_stage last = {1, 2, false, true};
+    // a stage of blocks 1..2 with the head holds its own copy of wte, which the norm does not count
+    loom_stage last = {1, {{1, 2}}, false, true};
     T_ASSERT(loom_gpt2_param_table(&cfg, &last, 0, 1, &t) == LOOM_OK, "last stage");
     T_ASSERT(t.count == 2 * LOOM_GPT2_BLOCK_TENSORS + 3 && strcmp(t.params[t.count - 1].name, "wte") == 0 &&
-                 t.params[0].layer == 1, "last stage entries");
+                 t.params[0].layer == 1 && !t.params[t.count - 1].counted && t.params[t.count - 2].counted,
+             "last stage entries");
+    T_ASSERT(t.file_elements == loom_gpt2_file_elements(&cfg), "a stage's table places it in the whole file");
+    loom_param_table_free(&t);
+    // two chunks (interleaved): blocks 0 and 2, layer-major, the embedding first
+    loom_stage two = {2, {{0, 1}, {2, 1}}, true, false};
+    T_ASSERT(loom_gpt2_param_table(&cfg, &two, 0, 1, &t) == LOOM_OK, "two chunks");
+    T_ASSERT(t.count == 2 + 2 * LOOM_GPT2_BLOCK_TENSORS && t.params[2].layer == 0 &&
+                 t.params[2 + LOOM_GPT2_BLOCK_TENSORS].layer == 2, "two chunks' entries");
     loom_param_table_free(&t);
 }
 
@@ -109,9 +117,11 @@ static void test_errors(void) {
     T_ASSERT(loom_gpt2_param_table(&cfg, &whole, 0, 5, &t) == LOOM_EINVAL &&
                  strstr(loom_error_message(), "padded vocabulary 50304"),
              "vocabulary: %s", loom_error_message());
-    loom_stage outside = {2, 5, false, true};
+    loom_stage outside = {1, {{2, 5}}, false, true}, overlap = {2, {{0, 2}, {1, 1}}, true, true};
     T_ASSERT(loom_gpt2_param_table(&cfg, &outside, 0, 1, &t) == LOOM_EINVAL && strstr(loom_error_message(), "[2, 7)"),
              "stage: %s", loom_error_message());
+    T_ASSERT(loom_gpt2_param_table(&cfg, &overlap, 0, 1, &t) == LOOM_EINVAL &&
+                 strstr(loom_error_message(), "chunk 1's blocks [1, 2)"), "overlap: %s", loom_error_message());
 }
 
 int main(void) {

@@ -53,7 +53,7 @@ static void run_case(loom_comm *c, loom_backend *be, int zero, int A) {
         params[i] = NAN;
     }
     for (int a = 0; a < A; a++) {
-        loom_dp_begin_micro_batch(dp, grads, a, A);
+        loom_dp_begin_micro_batch(dp, grads, a == 0, loom_dp_syncs(dp, a, A));
         for (int layer = L; layer >= -1; layer--) { // backward order, gradients final per layer
             for (int64_t i = 0; i < N; i++)
                 if (layer_of(&table, i) == layer) grads[i] += grad(R, a, i);

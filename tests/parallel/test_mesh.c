@@ -3,7 +3,7 @@
 // of its axes' degrees as size; its members (all-gathered coordinates) agree off the group's
 // axes, are all distinct, and are ordered by world rank; groups equal after dropping degree-1
 // axes share one communicator; replica 0's rank holds the same shard; impossible layouts give
-// one clear error on every rank.
+// one clear error on every rank; the embedding group holds the two ends of a pp group.
 #include "harness.h"
 
 #include "parallel/mesh.h"
@@ -17,6 +17,7 @@ static const unsigned AXES_OF[LOOM_GROUPS] = {
     [LOOM_GROUP_TP] = 1u << LOOM_AXIS_TP,
     [LOOM_GROUP_DP_CP] = 1u << LOOM_AXIS_DP_REPLICATE | 1u << LOOM_AXIS_DP_SHARD | 1u << LOOM_AXIS_CP,
     [LOOM_GROUP_MP] = 1u << LOOM_AXIS_TP | 1u << LOOM_AXIS_PP,
+    [LOOM_GROUP_EMBED] = 1u << LOOM_AXIS_PP,
 };
 
 static void check_layout(loom_comm *world, int tp, int pp, int cp) {
@@ -31,6 +32,8 @@ static void check_layout(loom_comm *world, int tp, int pp, int cp) {
         int want = 1;
         for (int a = 0; a < LOOM_AXES; a++)
             if (AXES_OF[g] >> a & 1u) want *= m->size[a];
+        int pp_i = m->coord[LOOM_AXIS_PP];
+        if (g == LOOM_GROUP_EMBED) want = pp == 1 ? 1 : pp_i == 0 || pp_i == pp - 1 ? 2 : 1; // the two ends
         int n = loom_mesh_size(m, g);
         T_ASSERT(n == want, "group %d: %d ranks, want %d", g, n, want);
         int32_t mine[LOOM_AXES + 1], *all = malloc((size_t)n * sizeof mine);
@@ -41,6 +44,7 @@ static void check_layout(loom_comm *world, int tp, int pp, int cp) {
         for (int i = 0; i < n; i++) {
             const int32_t *c = all + i * (LOOM_AXES + 1);
             for (int a = 0; a < LOOM_AXES; a++) bad += !(AXES_OF[g] >> a & 1u) && c[a] != m->coord[a];
+            if (g == LOOM_GROUP_EMBED && n == 2) bad += c[LOOM_AXIS_PP] != (i == 0 ? 0 : pp - 1);
             if (i > 0) bad += c[LOOM_AXES] <= c[-1]; // ordered by world rank (c[-1]: the previous member's)
             bad += (i == loom_mesh_rank(m, g)) != (c[LOOM_AXES] == R);
         }
@@ -61,7 +65,7 @@ static void check_layout(loom_comm *world, int tp, int pp, int cp) {
 int main(int argc, char **argv) {
     loom_comm *world;
     if (loom_comm_world(&argc, &argv, &world) != LOOM_OK) return 1;
-    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {8, 1, 1}, {2, 2, 1}, {2, 1, 2}, {2, 2, 2}, {1, 2, 2}};
+    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {8, 1, 1}, {2, 2, 1}, {2, 1, 2}, {2, 2, 2}, {1, 2, 2}, {1, 4, 1}, {2, 4, 1}, {1, 8, 1}};
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
         if (loom_comm_size(world) % (layouts[i][0] * layouts[i][1] * layouts[i][2]) == 0)
             check_layout(world, layouts[i][0], layouts[i][1], layouts[i][2]);

@@ -37,3 +37,15 @@ foreach(case parity resume errors sample)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tp_tests.sh ${case} $<TARGET_FILE:loom>
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
+# Pipeline schedules: the action lists of every schedule, the simulator's checks (broken lists
+# refused), bubbles against their closed forms; `loom schedule` output and its errors
+loom_test(pp_schedule SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pp_schedule.c)
+foreach(case timeline errors)
+  add_test(NAME schedule_${case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/schedule_tests.sh ${case} $<TARGET_FILE:loom>)
+endforeach()
+# `loom train --pp` end to end: every schedule's parity (pp 2 and 4, pp x tp x dp), resume, errors
+foreach(case parity resume errors)
+  add_test(NAME pp_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/pp_tests.sh ${case} $<TARGET_FILE:loom>
+                   $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()

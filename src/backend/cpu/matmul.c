@@ -47,19 +47,19 @@ static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC
 void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                          loom_tensor dout, loom_tensor inp, loom_tensor w) {
     const float *d = cpu_f32(dout), *x = cpu_f32(inp), *wp = cpu_f32(w); // (N,OC), (N,C), (OC,C)
-    float *dwp = cpu_f32(dw); // (OC,C) +=
     int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
     LOOM_CHECK(N > 0 && C > 0 && OC > 0);
-    LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC &&
-               loom_rows(&dw) == OC && loom_cols(&dw) == C);
+    LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC);
     if (dinp.data) {
         float *dx = cpu_f32(dinp); // (N,C) =
         LOOM_CHECK(loom_rows(&dinp) == N && loom_cols(&dinp) == C);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)OC, 1.0f, d,
                     (int)OC, wp, (int)C, 0.0f, dx, (int)C);
     }
+    if (!dw.data) return;
+    LOOM_CHECK(loom_rows(&dw) == OC && loom_cols(&dw) == C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, d, (int)OC,
-                x, (int)C, 1.0f, dwp, (int)C);
+                x, (int)C, 1.0f, cpu_f32(dw), (int)C); // (OC,C) +=
     if (dbias.data) {
         LOOM_CHECK(loom_numel(&dbias) == OC);
         bias_backward(cpu_f32(dbias), d, N, OC);

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Pipeline parallelism's CUDA path on a one-GPU machine, after scripts/device_gpu.sh has built
+# build-gpu (it calls this with --pp). The ranks of a layout share the GPU, their activations,
+# gradients and collectives staged through host memory over MPI (--device-comm mpi).
+#   1. fp32: `loom train` of a fresh 8-layer model, 10 steps of 8 micro-batches, with 1f1b and
+#      zb-v at pp 2 and 4, dualpipev at pp 4 and 1f1b at pp 2 x tp 2 --sp, on cuda, against the
+#      one-process CPU run: the largest relative loss difference over the 10 steps (bound 1e-5)
+#   2. bf16: gpt2-mini (L=4) 50 steps, zb-v pp 2 beside one process on the GPU, each against the
+#      fp32 CPU run (one-GPU bf16's difference is the bf16 noise the pipeline should match)
+# Prints a table last. Exit 1 when a check failed.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOOM=$ROOT/build-gpu/loom
+FIX=$ROOT/tests/fixtures
+WORK=$(mktemp -d /tmp/loom_pp_gpu_XXXXXX)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+declare -a ROWS
+failed=0
+row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); }
+losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+rel() { paste <(losses "$1") <(losses "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ } END { printf "%d steps, max rel loss err %.3g", n, w }'; }
+
+# 1. fp32 on the GPU against the CPU
+ARGS=(--model gpt2-mini --layers 8 --heads 2 --channels 16 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
+      --seq 16 --lr 5e-4 --warmup 2 --batch 2 --global-batch 16 --steps 10)
+"$LOOM" train "${ARGS[@]}" --device cpu --threads 1 --metrics "$WORK/cpu.jsonl" >"$WORK/cpu.log" 2>&1 ||
+    { failed=1; row "fp32 reference" "FAIL: the CPU run: $(tail -1 "$WORK/cpu.log")"; }
+for layout in "2 --pp 2 --pp-schedule 1f1b" "2 --pp 2 --pp-schedule zb-v" "4 --pp 4 --pp-schedule 1f1b" \
+              "4 --pp 4 --pp-schedule zb-v" "4 --pp 4 --pp-schedule dualpipev" "4 --pp 2 --tp 2 --sp --pp-schedule 1f1b"; do
+    read -r np flags <<<"$layout"
+    name=$(echo "$np$flags" | tr -d ' -')
+    # shellcheck disable=SC2086
+    if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision fp32 --device-comm mpi \
+        --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+        result=$(rel "$WORK/$name.jsonl" "$WORK/cpu.jsonl")
+        awk -v w="${result##* }" 'BEGIN { exit !(w <= 1e-5) }' || { failed=1; result="FAIL $result"; }
+        row "fp32 cuda vs cpu, $np ranks $flags" "$result"
+    else
+        failed=1
+        row "fp32 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
+    fi
+    grep -E "pipeline|stage [0-9]:" "$WORK/$name.log"
+done
+
+# 2. bf16 loss curves against the fp32 CPU run
+ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 16 --steps 50
+      --lr 1e-3 --warmup 5 --seed 3)
+worst() { paste <(losses "$1") <(losses "$WORK/cpu16.jsonl") |
+          awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }
+"$LOOM" train "${ARGS[@]}" --device cpu --metrics "$WORK/cpu16.jsonl" >"$WORK/cpu16.log" 2>&1 ||
+    { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/cpu16.log")"; }
+"$LOOM" train "${ARGS[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
+    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
+if timeout 300 mpirun -np 2 "$LOOM" train "${ARGS[@]}" --pp 2 --pp-schedule zb-v --device cuda --precision bf16 \
+    --device-comm mpi --metrics "$WORK/pp2.jsonl" >"$WORK/pp2.log" 2>&1; then
+    row "bf16 cuda, 2 ranks --pp 2 zb-v, 50 steps" "$(worst "$WORK/pp2.jsonl")"
+else
+    failed=1
+    row "bf16 cuda, 2 ranks --pp 2 zb-v" "FAIL: $(grep -m1 'error' "$WORK/pp2.log")"
+fi
+
+echo
+printf '| %-46s | %-60s |\n' "check" "result"
+printf '|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..62})"
+printf '%s\n' "${ROWS[@]}"
+rm -rf "$WORK"
+exit $failed
