@@ -8,17 +8,8 @@
 #   2. bf16: gpt2-mini (L=4) 50 steps, zb-v pp 2 beside one process on the GPU, each against the
 #      fp32 CPU run (one-GPU bf16's difference is the bf16 noise the pipeline should match)
 # Prints a table last. Exit 1 when a check failed.
-set -u
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-LOOM=$ROOT/build-gpu/loom
-FIX=$ROOT/tests/fixtures
-WORK=$(mktemp -d /tmp/loom_pp_gpu_XXXXXX)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-declare -a ROWS
-failed=0
-row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); }
-losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+NAME=pp_gpu
+source "$(dirname "$0")/gpu_checks_lib.sh"
 rel() { paste <(losses "$1") <(losses "$2") |
         awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ } END { printf "%d steps, max rel loss err %.3g", n, w }'; }
 
@@ -41,29 +32,22 @@ for layout in "2 --pp 2 --pp-schedule 1f1b" "2 --pp 2 --pp-schedule zb-v" "4 --p
         failed=1
         row "fp32 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
     fi
-    grep -E "pipeline|stage [0-9]:" "$WORK/$name.log"
+    grep -E "pipeline|rank [0-9]:" "$WORK/$name.log"
 done
 
 # 2. bf16 loss curves against the fp32 CPU run
 ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 16 --steps 50
       --lr 1e-3 --warmup 5 --seed 3)
-worst() { paste <(losses "$1") <(losses "$WORK/cpu16.jsonl") |
-          awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }
 "$LOOM" train "${ARGS[@]}" --device cpu --metrics "$WORK/cpu16.jsonl" >"$WORK/cpu16.log" 2>&1 ||
     { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/cpu16.log")"; }
 "$LOOM" train "${ARGS[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
-    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
+    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl" "$WORK/cpu16.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
 if timeout 300 mpirun -np 2 "$LOOM" train "${ARGS[@]}" --pp 2 --pp-schedule zb-v --device cuda --precision bf16 \
     --device-comm mpi --metrics "$WORK/pp2.jsonl" >"$WORK/pp2.log" 2>&1; then
-    row "bf16 cuda, 2 ranks --pp 2 zb-v, 50 steps" "$(worst "$WORK/pp2.jsonl")"
+    row "bf16 cuda, 2 ranks --pp 2 zb-v, 50 steps" "$(worst "$WORK/pp2.jsonl" "$WORK/cpu16.jsonl")"
 else
     failed=1
     row "bf16 cuda, 2 ranks --pp 2 zb-v" "FAIL: $(grep -m1 'error' "$WORK/pp2.log")"
 fi
 
-echo
-printf '| %-46s | %-60s |\n' "check" "result"
-printf '|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..62})"
-printf '%s\n' "${ROWS[@]}"
-rm -rf "$WORK"
-exit $failed
+finish

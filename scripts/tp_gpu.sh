@@ -11,17 +11,8 @@
 #      --device-comm mpi prints the table
 #   4. loom bench gpt2 B=16 T=1024 (one GPU, bf16): the step after the restructure
 # Prints a table last. Exit 1 when a check failed.
-set -u
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-BUILD=$ROOT/build-gpu
-LOOM=$BUILD/loom
-FIX=$ROOT/tests/fixtures
-WORK=$(mktemp -d /tmp/loom_tp_gpu_XXXXXX)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-declare -a ROWS
-failed=0
-row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); }
+NAME=tp_gpu
+source "$(dirname "$0")/gpu_checks_lib.sh"
 
 # 1. fp32 on the GPU against the CPU
 for layout in "2 2 0 0" "4 4 1 0" "4 2 1 1"; do
@@ -37,20 +28,17 @@ done
 # 2. bf16 loss curves against the fp32 CPU run
 ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 50
       --lr 1e-3 --warmup 5 --seed 3)
-losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
-worst() { paste <(losses "$1") <(losses "$WORK/cpu.jsonl") |
-          awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }
 "$LOOM" train "${ARGS[@]}" --device cpu --metrics "$WORK/cpu.jsonl" >"$WORK/cpu.log" 2>&1 ||
     { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/cpu.log")"; }
 "$LOOM" train "${ARGS[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
-    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
+    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl" "$WORK/cpu.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
 for layout in "2 --tp 2 --sp" "4 --tp 4"; do
     read -r np flags <<<"$layout"
     name=$(echo "$np$flags" | tr -d ' -')
     # shellcheck disable=SC2086
     if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision bf16 --device-comm mpi \
         --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
-        row "bf16 cuda, $np ranks $flags" "$(worst "$WORK/$name.jsonl")"
+        row "bf16 cuda, $np ranks $flags" "$(worst "$WORK/$name.jsonl" "$WORK/cpu.jsonl")"
     else
         failed=1
         row "bf16 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
@@ -74,9 +62,4 @@ out=$("$LOOM" bench --model gpt2 --batch 16 --seq 1024 --steps 10 --warmup 3 2>&
 echo "$out"
 row "loom bench gpt2 B=16 T=1024" "$(echo "$out" | tail -1 | awk -F'|' '{print "step " $2 "ms, " $6 " tok/s, MFU" $10}')"
 
-echo
-printf '| %-46s | %-60s |\n' "check" "result"
-printf '|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..62})"
-printf '%s\n' "${ROWS[@]}"
-rm -rf "$WORK"
-exit $failed
+finish

@@ -22,8 +22,8 @@ for s in gpipe 1f1b interleaved zb-h1 zb-v dualpipev; do
     continue
   fi
   theory=$(grep -o 'theory: bubble [0-9.]*%' "$WORK/$s.txt" | awk '{print $3}')
-  measured=$(grep -o 'all stages: bubble [0-9.]*%' "$WORK/$s.txt" | awk '{print $4}')
-  stages=$(grep -o 'stage [0-9]*: busy [0-9.]*%, bubble [0-9.]*%' "$WORK/$s.txt" | awk '{printf "%s%s", sep, $6; sep=" / "}')
+  measured=$(grep -o 'all ranks: bubble [0-9.]*%' "$WORK/$s.txt" | awk '{print $4}')
+  stages=$(grep -o 'rank [0-9]*: busy [0-9.]*%, bubble [0-9.]*%' "$WORK/$s.txt" | awk '{printf "%s%s", sep, $6; sep=" / "}')
   ms=$(grep '^step' "$WORK/$s.txt" | tail -5 | sed 's/.*| \([0-9.]*\) ms.*/\1/' | awk '{t += $1; n++} END {printf "%.0f", t / n}')
   echo "| $s | $theory | $measured | $stages | $ms |"
 done

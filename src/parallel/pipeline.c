@@ -98,6 +98,8 @@ static void progress(loom_pp *pp) {
     }
 }
 
+void loom_pp_progress(void *ctx, int layer) { progress(ctx); }
+
 // A free message buffer for (dir, mb, stage) in `state`; a new one when all are in use.
 static message *take(loom_pp *pp, int dir, int mb, int stage, message_state state) {
     message *m = NULL;

@@ -60,3 +60,7 @@ loom_status loom_pp_run(loom_pp *pp, bool timed, double *loss_sum);
 // stage's input received and output sent as it goes, in slot 0; *loss as loom_pp_run.
 loom_status loom_pp_forward(loom_pp *pp, int mb, double *loss);
 const loom_pp_stats *loom_pp_last_stats(const loom_pp *pp);
+// A model hook (model/hooks.h; ctx = the executor) for LOOM_HOOK_FORWARD and _BACKWARD: moves the
+// transfers in flight forward before each layer. MPI progresses a message only inside MPI
+// calls, so without it a send posted before a long forward would wait for that forward's end.
+void loom_pp_progress(void *ctx, int layer);

@@ -113,6 +113,8 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
         int64_t rows = (int64_t)c->batch * t->st.seq_len / m->row_shards;
         LOOM_TRY(loom_pp_create(&t->pipe, t->schedule, t->pp_rank, mesh->dev[LOOM_GROUP_PP], t->be,
                                 rows * cfg->channels, loom_train_pipeline_model(t)));
+        loom_hooks_add(&m->hooks, LOOM_HOOK_FORWARD, loom_pp_progress, t->pipe);
+        loom_hooks_add(&m->hooks, LOOM_HOOK_BACKWARD, loom_pp_progress, t->pipe);
     }
     if (c->tp > 1) {
         LOOM_TRY(loom_tp_create(&t->tp, mesh->dev[LOOM_GROUP_TP], mesh->host[LOOM_GROUP_TP], t->be, c->sp, m->logits_chunk));

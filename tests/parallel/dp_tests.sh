@@ -42,18 +42,7 @@ parity)
   done
   ;;
 resume)
-  rtrain 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir full --ckpt-every 3 \
-    --metrics full.jsonl >/dev/null 2>&1 || fail "full run"
-  LOOM_FAULT=step:4 rtrain 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut \
-    --ckpt-every 3 --metrics cut.jsonl >/dev/null 2>&1 && fail "the run was not killed"
-  [ -f cut/ckpt_00000003.json ] && [ -f cut/state_00000003_00001.bin ] || fail "checkpoint 3 incomplete: $(ls cut)"
-  rtrain 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut --ckpt-every 3 \
-    --metrics cut.jsonl --resume >resume.txt 2>&1 || fail "resume: $(tail -3 resume.txt)"
-  grep -q "from step 3" resume.txt || fail "did not resume from step 3"
-  cmp full/model_00000006.bin cut/model_00000006.bin || fail "final weights differ"
-  for r in 0 1; do cmp full/state_00000006_0000$r.bin cut/state_00000006_0000$r.bin || fail "rank $r state differs"; done
-  expect=$(grep '"loss"' full.jsonl | sed 's/"step_time_s.*//' | tail -3)
-  [ "$(grep '"loss"' cut.jsonl | sed 's/"step_time_s.*//' | tail -3)" = "$expect" ] || fail "losses of steps 4-6 differ"
+  kill_and_resume 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-every 3
   rtrain 3 --batch 1 --global-batch 6 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut --resume >err.txt 2>&1 &&
     fail "resume on 3 ranks accepted"
   grep -q "trained on 2 ranks with ZeRO 1, not 3 ranks" err.txt || fail "wrong-layout resume message: $(cat err.txt)"

@@ -35,19 +35,9 @@ parity)
   ;;
 resume)
   common=(--tp 2 --sp --zero 1 --batch 2 --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-every 3)
-  rtrain 4 "${common[@]}" --ckpt-dir full --metrics full.jsonl >/dev/null 2>&1 || fail "full run"
-  LOOM_FAULT=step:4 rtrain 4 "${common[@]}" --ckpt-dir cut --metrics cut.jsonl >/dev/null 2>&1 &&
-    fail "the run was not killed"
-  [ -f cut/ckpt_00000003.json ] || fail "checkpoint 3 incomplete: $(ls cut)"
-  for r in 0 1 2 3; do [ -f "cut/state_00000003_0000$r.bin" ] || fail "no state of rank $r"; done
+  kill_and_resume 4 "${common[@]}"
   grep -q '"tp":\s*2' cut/ckpt_00000003.json && grep -q '"shard":\s*"vocab"' cut/ckpt_00000003.json ||
     fail "metadata lacks the mesh or the shard specs"
-  rtrain 4 "${common[@]}" --ckpt-dir cut --metrics cut.jsonl --resume >resume.txt 2>&1 || fail "resume: $(tail -3 resume.txt)"
-  grep -q "from step 3" resume.txt || fail "did not resume from step 3"
-  cmp full/model_00000006.bin cut/model_00000006.bin || fail "final weights differ"
-  for r in 0 1 2 3; do cmp "full/state_00000006_0000$r.bin" "cut/state_00000006_0000$r.bin" || fail "rank $r state differs"; done
-  [ "$(grep '"loss"' cut.jsonl | sed 's/"step_time_s.*//' | tail -3)" = "$(grep '"loss"' full.jsonl | sed 's/"step_time_s.*//' | tail -3)" ] ||
-    fail "losses of steps 4-6 differ"
   expect_mpi_error 4 "trained with tp 2 pp 1 cp 1 sp 1, not tp 4" train "${ARGS[@]}" --tp 4 --sp --zero 1 --batch 2 \
     --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-dir cut --resume
   echo "ok: tp 2 x dp 2 --sp ZeRO-1 resume is bit-identical; another mesh is refused"

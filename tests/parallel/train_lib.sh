@@ -1,5 +1,6 @@
-# Shared by dp_tests.sh and tp_tests.sh (sourced, with CASE LOOM FIX set): a scratch folder,
-# failure reporting, mpirun as CI runs it, and `loom train` on the fixture model and shard.
+# Shared by dp_tests.sh, tp_tests.sh and pp_tests.sh (sourced, with CASE LOOM FIX set): a scratch folder,
+# failure reporting, mpirun as CI runs it, `loom train` on the fixture model and shard, and the
+# kill-and-resume check.
 WORK=$(mktemp -d /tmp/loom_parallel_XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
@@ -21,4 +22,21 @@ expect_mpi_error() {
   [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] || fail "'$*': $(grep -c 'loom: error' err.txt) error lines: $(cat err.txt)"
   grep 'loom: error: ' err.txt | grep -q -F -- "$want" || fail "'$*' error lacks '$want': $(cat err.txt)"
   echo "ok: $(grep 'loom: error: ' err.txt)"
+}
+# kill_and_resume NP ARGS...: a run of ARGS (--steps 6 --ckpt-every 3) whole into full/, then
+# killed after step 4 into cut/ (its checkpoint 3 complete: metadata and every rank's state) and
+# resumed there: the final model, every rank's state and the losses of steps 4-6 equal the whole
+# run's bit for bit
+kill_and_resume() {
+  local np=$1; shift
+  rtrain "$np" "$@" --ckpt-dir full --metrics full.jsonl >/dev/null 2>&1 || fail "full run"
+  LOOM_FAULT=step:4 rtrain "$np" "$@" --ckpt-dir cut --metrics cut.jsonl >/dev/null 2>&1 && fail "the run was not killed"
+  [ -f cut/ckpt_00000003.json ] || fail "checkpoint 3 incomplete: $(ls cut)"
+  for f in full/state_00000003_*.bin; do [ -f "cut/${f#full/}" ] || fail "the cut run lacks ${f#full/}"; done
+  rtrain "$np" "$@" --ckpt-dir cut --metrics cut.jsonl --resume >resume.txt 2>&1 || fail "resume: $(tail -3 resume.txt)"
+  grep -q "from step 3" resume.txt || fail "did not resume from step 3"
+  cmp full/model_00000006.bin cut/model_00000006.bin || fail "final weights differ"
+  for f in full/state_00000006_*.bin; do cmp "$f" "cut/${f#full/}" || fail "${f#full/} differs"; done
+  [ "$(grep '"loss"' cut.jsonl | sed 's/"step_time_s.*//' | tail -3)" = \
+    "$(grep '"loss"' full.jsonl | sed 's/"step_time_s.*//' | tail -3)" ] || fail "losses of steps 4-6 differ"
 }
