@@ -26,7 +26,7 @@ struct loom_pp {
     loom_pp_model model;
     size_t bytes;            // of one message
     int64_t elements;
-    message *msgs;
+    message **msgs;          // (nmsgs) each at a fixed address
     int nmsgs;
     int nslots, *slot_of;    // (M x V) the slot of (mb, chunk), -1 when none
     bool *slot_used;         // (nslots)
@@ -49,6 +49,17 @@ static int chunk_of(const loom_pp *pp, int stage) {
     return -1;
 }
 
+// A new free message buffer, or NULL when the device has no room.
+static message *add_message(loom_pp *pp) {
+    void *buf = pp->be->alloc(pp->be, pp->bytes);
+    if (!buf) return NULL;
+    pp->msgs = realloc(pp->msgs, (size_t)(pp->nmsgs + 1) * sizeof *pp->msgs);
+    LOOM_CHECK(pp->msgs);
+    message *m = loom_xcalloc(1, sizeof *m);
+    m->buf = buf;
+    return pp->msgs[pp->nmsgs++] = m;
+}
+
 loom_status loom_pp_create(loom_pp **out, const loom_pp_schedule *s, int rank, loom_comm *comm, loom_backend *be,
                            int64_t message_elements, loom_pp_model model) {
     LOOM_CHECK(rank >= 0 && rank < s->pp);
@@ -63,12 +74,21 @@ loom_status loom_pp_create(loom_pp **out, const loom_pp_schedule *s, int rank, l
     pp->out = loom_xcalloc((size_t)pp->nslots, sizeof(loom_tensor));
     for (int i = 0; i < s->M * s->V; i++) pp->slot_of[i] = -1;
     *out = pp;
+    for (int i = 0; i < 2 * pp->nslots + 2; i++) // what a schedule keeps in transit; more are added if needed
+        if (!add_message(pp)) {
+            loom_pp_free(pp);
+            *out = NULL;
+            return loom_fail(LOOM_ENOMEM, "lower --batch or --seq", "cannot allocate the pipeline's message buffers");
+        }
     return LOOM_OK;
 }
 
 void loom_pp_free(loom_pp *pp) {
     if (!pp) return;
-    for (int i = 0; i < pp->nmsgs; i++) pp->be->free(pp->be, pp->msgs[i].buf);
+    for (int i = 0; i < pp->nmsgs; i++) {
+        pp->be->free(pp->be, pp->msgs[i]->buf);
+        free(pp->msgs[i]);
+    }
     free(pp->msgs);
     free(pp->stages);
     free(pp->slot_of);
@@ -88,7 +108,7 @@ static void finish(loom_pp *pp, message *m) {
 // Sends that have completed free their buffers; MPI moves transfers forward inside these calls.
 static void progress(loom_pp *pp) {
     for (int i = 0; i < pp->nmsgs; i++) {
-        message *m = &pp->msgs[i];
+        message *m = pp->msgs[i];
         bool done = false;
         if (m->req) keep_error(pp, loom_comm_test(m->req, &done));
         if (done && m->state == SENDING) {
@@ -104,15 +124,8 @@ void loom_pp_progress(void *ctx, int layer) { progress(ctx); }
 static message *take(loom_pp *pp, int dir, int mb, int stage, message_state state) {
     message *m = NULL;
     for (int i = 0; i < pp->nmsgs && !m; i++)
-        if (pp->msgs[i].state == FREE) m = &pp->msgs[i];
-    if (!m) {
-        void *buf = pp->be->alloc(pp->be, pp->bytes);
-        LOOM_CHECK(buf); // a few (Nl, C) buffers next to the activations
-        pp->msgs = realloc(pp->msgs, (size_t)(pp->nmsgs + 1) * sizeof *pp->msgs);
-        LOOM_CHECK(pp->msgs);
-        m = &pp->msgs[pp->nmsgs++];
-        *m = (message){.buf = buf};
-    }
+        if (pp->msgs[i]->state == FREE) m = pp->msgs[i];
+    if (!m) LOOM_CHECK(m = add_message(pp)); // one (Nl, C) buffer beside the slots' activations
     m->state = state, m->dir = dir, m->mb = mb, m->stage = stage, m->req = NULL;
     return m;
 }
@@ -120,7 +133,7 @@ static message *take(loom_pp *pp, int dir, int mb, int stage, message_state stat
 // The received or held message (dir, mb, stage), its transfer completed.
 static message *find(loom_pp *pp, int dir, int mb, int stage) {
     for (int i = 0; i < pp->nmsgs; i++) {
-        message *m = &pp->msgs[i];
+        message *m = pp->msgs[i];
         if ((m->state == RECEIVING || m->state == HELD) && m->dir == dir && m->mb == mb && m->stage == stage) {
             finish(pp, m);
             return m;
@@ -241,8 +254,8 @@ loom_status loom_pp_run(loom_pp *pp, bool timed, double *loss_sum) {
         progress(pp);
     }
     for (int i = 0; i < pp->nmsgs; i++) {
-        finish(pp, &pp->msgs[i]);
-        pp->msgs[i].state = FREE;
+        finish(pp, pp->msgs[i]);
+        pp->msgs[i]->state = FREE;
     }
     if (timed) pp->be->synchronize(pp->be);
     pp->stats.step_seconds = loom_now() - t0;
