@@ -188,12 +188,12 @@ static void print_pipeline(const run *r) {
     const loom_trainer *t = r->t;
     if (!t->schedule) return;
     int W = loom_comm_size(r->world), rank = loom_comm_rank(r->world);
-    double mine[3] = {r->pipe.busy, r->pipe.total, r->pipe.peak}, *all = loom_xmalloc((size_t)W * sizeof mine);
-    double theory = 0;
-    loom_pp_theoretical_bubble(t->schedule, &theory);
     size_t pbytes, abytes, obytes;
     loom_trainer_memory(t, &pbytes, &abytes, &obytes);
-    if (loom_allgather(r->world, mine, all, 3, LOOM_F64, NULL) == LOOM_OK && rank == 0 && r->pipe.total == 0)
+    double mine[4] = {r->pipe.busy, r->pipe.total, r->pipe.peak, (double)abytes}, *all = loom_xmalloc((size_t)W * sizeof mine);
+    double theory = 0;
+    loom_pp_theoretical_bubble(t->schedule, &theory);
+    if (loom_allgather(r->world, mine, all, 4, LOOM_F64, NULL) == LOOM_OK && rank == 0 && r->pipe.total == 0)
         loom_info("pipeline %s: theory bubble %.1f%% at F = I = W (run 2 steps or more to measure it)\n",
                   loom_pp_kind_name(t->schedule->kind), 100 * theory);
     else if (rank == 0) {
@@ -201,14 +201,15 @@ static void print_pipeline(const run *r) {
                   loom_pp_kind_name(t->schedule->kind), 100 * theory, (long long)t->st.step);
         double busy = 0, total = 0;
         for (int p = 0; p < t->cfg.pp; p++) {
-            const double *v = all + 3 * (size_t)(p * (W / t->cfg.pp)); // stage p's first rank
-            loom_info("  pp rank %d: busy %.1f%%, bubble %.1f%%, peak %d (micro-batch, stage) in flight (promised %d)\n", p,
-                      100 * v[0] / v[1], 100 * (1 - v[0] / v[1]), (int)v[2], t->schedule->promised[p]);
+            const double *v = all + 4 * (size_t)(p * (W / t->cfg.pp)); // pp rank p's first world rank
+            char amem[32];
+            cli_human_bytes(amem, sizeof amem, v[3]);
+            loom_info("  pp rank %d: busy %.1f%%, bubble %.1f%%, peak %d (micro-batch, stage) in flight (promised %d), "
+                      "activations %s\n", p, 100 * v[0] / v[1], 100 * (1 - v[0] / v[1]), (int)v[2],
+                      t->schedule->promised[p], amem);
             busy += v[0], total += v[1];
         }
-        char amem[32];
-        cli_human_bytes(amem, sizeof amem, (double)abytes);
-        loom_info("  all ranks: bubble %.1f%%; activations %s on rank 0\n", 100 * (1 - busy / total), amem);
+        loom_info("  all ranks: bubble %.1f%%\n", 100 * (1 - busy / total));
     }
     free(all);
 }
