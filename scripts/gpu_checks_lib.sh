@@ -15,6 +15,35 @@ losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 # worst RUN REF: the largest loss difference of metrics file RUN from REF's, and RUN's last loss
 worst() { paste <(losses "$1") <(losses "$2") |
           awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }
+# bf16_curves G "NP FLAGS"...: gpt2-mini 50 steps (fixture shard, B=4 T=64, global batch G) on the
+# CPU in fp32, then in bf16 on one GPU and with each layout's NP ranks sharing the GPU: a row with
+# each one's largest loss difference from the fp32 CPU run (one GPU's is the bf16 noise the others
+# should match)
+bf16_curves() {
+    local G=$1 np flags name
+    shift
+    local args=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch "$G"
+                --steps 50 --lr 1e-3 --warmup 5 --seed 3)
+    "$LOOM" train "${args[@]}" --device cpu --metrics "$WORK/bf16_ref.jsonl" >"$WORK/bf16_ref.log" 2>&1 ||
+        { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/bf16_ref.log")"; }
+    "$LOOM" train "${args[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
+        row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl" "$WORK/bf16_ref.jsonl")" ||
+        { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
+    for layout in "$@"; do
+        read -r np flags <<<"$layout"
+        name=bf16_$(echo "$np$flags" | tr -d ' -')
+        # shellcheck disable=SC2086
+        if timeout 300 mpirun -np "$np" "$LOOM" train "${args[@]}" $flags --device cuda --precision bf16 \
+            --device-comm mpi --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+            row "bf16 cuda, $np ranks $flags, 50 steps" "$(worst "$WORK/$name.jsonl" "$WORK/bf16_ref.jsonl")"
+        else
+            failed=1
+            row "bf16 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
+        fi
+        grep -E "mesh|memory|peak|pipeline" "$WORK/$name.log"
+    done
+}
+
 # The table of checks; removes the scratch folder and exits 1 when a check failed.
 finish() {
     echo

@@ -36,18 +36,6 @@ for layout in "2 --pp 2 --pp-schedule 1f1b" "2 --pp 2 --pp-schedule zb-v" "4 --p
 done
 
 # 2. bf16 loss curves against the fp32 CPU run
-ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 16 --steps 50
-      --lr 1e-3 --warmup 5 --seed 3)
-"$LOOM" train "${ARGS[@]}" --device cpu --metrics "$WORK/cpu16.jsonl" >"$WORK/cpu16.log" 2>&1 ||
-    { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/cpu16.log")"; }
-"$LOOM" train "${ARGS[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
-    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl" "$WORK/cpu16.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
-if timeout 300 mpirun -np 2 "$LOOM" train "${ARGS[@]}" --pp 2 --pp-schedule zb-v --device cuda --precision bf16 \
-    --device-comm mpi --metrics "$WORK/pp2.jsonl" >"$WORK/pp2.log" 2>&1; then
-    row "bf16 cuda, 2 ranks --pp 2 zb-v, 50 steps" "$(worst "$WORK/pp2.jsonl" "$WORK/cpu16.jsonl")"
-else
-    failed=1
-    row "bf16 cuda, 2 ranks --pp 2 zb-v" "FAIL: $(grep -m1 'error' "$WORK/pp2.log")"
-fi
+bf16_curves 16 "2 --pp 2 --pp-schedule zb-v"
 
 finish

@@ -26,26 +26,7 @@ for layout in "2 2 0 0" "4 4 1 0" "4 2 1 1"; do
 done
 
 # 2. bf16 loss curves against the fp32 CPU run
-ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 50
-      --lr 1e-3 --warmup 5 --seed 3)
-"$LOOM" train "${ARGS[@]}" --device cpu --metrics "$WORK/cpu.jsonl" >"$WORK/cpu.log" 2>&1 ||
-    { failed=1; row "bf16 curves" "FAIL: the CPU run: $(tail -1 "$WORK/cpu.log")"; }
-"$LOOM" train "${ARGS[@]}" --device cuda --precision bf16 --metrics "$WORK/gpu1.jsonl" >"$WORK/gpu1.log" 2>&1 &&
-    row "bf16 cuda, 1 rank, 50 steps" "$(worst "$WORK/gpu1.jsonl" "$WORK/cpu.jsonl")" || { failed=1; row "bf16 cuda 1 rank" "FAIL"; }
-for layout in "2 --tp 2 --sp" "4 --tp 4"; do
-    read -r np flags <<<"$layout"
-    name=$(echo "$np$flags" | tr -d ' -')
-    # shellcheck disable=SC2086
-    if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision bf16 --device-comm mpi \
-        --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
-        row "bf16 cuda, $np ranks $flags" "$(worst "$WORK/$name.jsonl" "$WORK/cpu.jsonl")"
-    else
-        failed=1
-        row "bf16 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
-    fi
-    grep -E "mesh|memory|peak" "$WORK/$name.log"
-done
-cat "$WORK/cpu.log" | grep -E "^step +(1|10|50)/"
+bf16_curves 8 "2 --tp 2 --sp" "4 --tp 4"
 
 # 3. bench-comm with 2 ranks on one GPU
 out=$(timeout 120 mpirun -np 2 "$LOOM" bench-comm --device cuda --max-bytes 1M 2>&1)

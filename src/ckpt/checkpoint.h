@@ -2,7 +2,7 @@
 // losses and final weights are bit-identical to an uninterrupted run (same mesh). For step S,
 // in the checkpoint folder:
 //   model_S.bin          the whole model, an llm.c model file (version 3, fp32), written by rank 0
-//                        (under tensor parallelism after gathering the shards) — also usable
+//                        (gathered from the tensor-parallel shards and pipeline stages) — usable
 //                        alone with `loom eval` / `loom sample` / `train --init`
 //   state_S_R.bin        optimizer state of rank R over its shard of the parameters (its tensor-
 //                        parallel shard, and under ZeRO 1/2 its data-parallel piece of that;

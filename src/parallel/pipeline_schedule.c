@@ -46,10 +46,8 @@ typedef struct {
 static void push(action_list *l, loom_pp_op op, int mb, int stage, int peer) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
-        loom_pp_action *a = loom_xmalloc((size_t)l->cap * sizeof *a);
-        if (l->n) memcpy(a, l->a, (size_t)l->n * sizeof *a);
-        free(l->a);
-        l->a = a;
+        l->a = realloc(l->a, (size_t)l->cap * sizeof *l->a);
+        LOOM_CHECK(l->a);
     }
     l->a[l->n++] = (loom_pp_action){op, mb, stage, peer};
 }
