@@ -40,14 +40,17 @@ loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, in
 
 static const char *NUMBERS[] = {"step", "world_size", "zero", "state_files", "bucket_elements", "micro_batch",
                                 "seq_len", "grad_accum", "data_position", "train_loss", "tp", "pp", "cp", "sp",
-                                "virtual_stages", "v_shape"};
-enum { NNUMBERS = sizeof NUMBERS / sizeof NUMBERS[0], NREQUIRED = 14 }; // the pipeline's two came later: 1, 0
+                                "virtual_stages", "v_shape", "dp_replicate"};
+enum { NNUMBERS = sizeof NUMBERS / sizeof NUMBERS[0], NREQUIRED = 14 };
+// the numbers that came later, when absent: the pipeline's two and hybrid sharding's replicas
+static const double LATER_DEFAULTS[NNUMBERS - NREQUIRED] = {1, 0, 1};
 
 static void state_numbers(const loom_train_state *st, double v[NNUMBERS]) {
     const double vals[NNUMBERS] = {(double)st->step, st->world_size, st->zero, st->state_files,
                                    (double)st->bucket_elements, st->micro_batch, st->seq_len,
                                    st->grad_accum, (double)st->data_position, st->train_loss,
-                                   st->tp, st->pp, st->cp, st->sp, st->virtual_stages, st->v_shape};
+                                   st->tp, st->pp, st->cp, st->sp, st->virtual_stages, st->v_shape,
+                                   st->dp_replicate};
     memcpy(v, vals, sizeof vals);
 }
 
@@ -138,7 +141,7 @@ loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state 
     for (int i = 0; s == LOOM_OK && i < NNUMBERS; i++) {
         cJSON *it = cJSON_GetObjectItem(j, NUMBERS[i]);
         if (!it && i >= NREQUIRED)
-            v[i] = i == NREQUIRED ? 1 : 0;
+            v[i] = LATER_DEFAULTS[i - NREQUIRED];
         else if (!cJSON_IsNumber(it))
             s = loom_fail(LOOM_EFORMAT, "was it written by an older loom?", "checkpoint metadata %s lacks the number '%s'",
                           path, NUMBERS[i]);
@@ -151,7 +154,7 @@ loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state 
                                  .micro_batch = (int)v[5], .seq_len = (int)v[6], .grad_accum = (int)v[7],
                                  .data_position = (int64_t)v[8], .train_loss = v[9], .tp = (int)v[10],
                                  .pp = (int)v[11], .cp = (int)v[12], .sp = (int)v[13],
-                                 .virtual_stages = (int)v[14], .v_shape = (int)v[15],
+                                 .virtual_stages = (int)v[14], .v_shape = (int)v[15], .dp_replicate = (int)v[16],
                                  .seed = strtoull(seed->valuestring, NULL, 10)};
     cJSON_Delete(j);
     return s;

@@ -33,6 +33,7 @@ typedef struct {
     int micro_batch, seq_len, grad_accum; // B, T, micro-batches per rank and step
     int world_size, zero, state_files;    // ranks, ZeRO stage, state files (ranks 0..state_files-1)
     int tp, pp, cp, sp;                   // the mesh (dp = world_size / (tp pp cp)); sp: sequence parallelism
+    int dp_replicate;                     // hybrid sharding's replicas (1: none)
     int virtual_stages, v_shape;          // the pipeline's stages per rank, and whether they lie in a V
                                           // (zb-v, dualpipev): which blocks each rank's state covers
     int64_t bucket_elements;              // gradient bucket length (ZeRO shards follow it)

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/flags.h"
+#include "cli/train_options.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -102,25 +103,29 @@ int loom_cmd_bench(int argc, char **argv) {
     }
     int rank = loom_comm_rank(world), W = loom_comm_size(world);
     loom_log_set_rank(rank, W);
-    const char *model = "gpt2", *recompute = "none";
-    int steps = 3, warmup = 1;
+    const char *model = "gpt2", *recompute = "none", *offload = "";
+    int steps = 3, warmup = 1, layers = 0, heads = 0, channels = 0;
     float peak_tflops = 0;
-    loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .bucket_mb = 25, .seed = 1337,
+    loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .bucket_mb = 25, .seed = 1337,
                            .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                      .grad_clip = 1.0f},
                            .lr = {LOOM_LR_CONSTANT, 6e-4f, 6e-4f, 0, 1},
                            .device = "auto", .precision = "auto", .device_comm = "nccl"};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model, "named config"},
+        {"layers", FLAG_INT, &layers, "override the config's layers L"},
+        {"heads", FLAG_INT, &heads, "override the config's heads NH"},
+        {"channels", FLAG_INT, &channels, "override the config's channels C"},
         {"batch", FLAG_INT, &c.batch, "micro-batch size B"},
         {"seq", FLAG_INT, &c.seq, "sequence length T (0: the model's maximum)"},
         {"steps", FLAG_INT, &steps, "timed steps"},
         {"warmup", FLAG_INT, &warmup, "untimed steps first"},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: 989 dense bf16 on a GPU, none on the cpu)"},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
+        {"offload", FLAG_STR, &offload, "what lives in host memory: optimizer (AdamW on the CPU cores)"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)"},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
-        {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2 over the data-parallel ranks"},
+        {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks"},
         {"device", FLAG_STR, &c.device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
         {"device-comm", FLAG_STR, &c.device_comm, "collectives on GPU buffers: nccl or mpi (staged)"},
@@ -137,8 +142,9 @@ int loom_cmd_bench(int argc, char **argv) {
     if (s == LOOM_OK && !help && (steps < 1 || warmup < 0 || c.tp < 1 || W % c.tp != 0))
         s = loom_fail(LOOM_EINVAL, "use --steps >= 1, --warmup >= 0 and a --tp that divides the ranks",
                       "bad --steps %d / --warmup %d / --tp %d on %d ranks", steps, warmup, c.tp, W);
-    if (s == LOOM_OK && !help) s = cli_model_config(model, 0, 0, 0, 0, 0, &c.model);
+    if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
     if (s == LOOM_OK && !help) s = loom_recompute_parse(recompute, &c.recompute);
+    if (s == LOOM_OK && !help) s = train_offload_parse(offload, &c);
     if (s == LOOM_OK && !help) {
         c.seq = c.seq ? c.seq : c.model.max_seq_len;
         c.global_batch = c.batch * (W / c.tp);

@@ -107,8 +107,14 @@ static void print_config(const run *r) {
                       o->run.pp, loom_pp_kind_name(t->schedule->kind), t->schedule->S, c->num_layers / t->schedule->S,
                       t->schedule->M, 100 * bubble);
     }
-    cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d buckets of %s", t->dp_size,
-                  loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp), bucket);
+    if (o->run.zero == 3)
+        cli_table_row("data parallel", "dp %d (%s), ZeRO 3 (FSDP): %d units sharded over %d ranks%s", t->dp_size,
+                      loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), loom_dp_num_buckets(t->dp),
+                      loom_mesh_size(t->mesh, LOOM_GROUP_SHARD), o->run.dp_replicate > 1 ? ", replicated (HSDP)" : "");
+    else
+        cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d buckets of %s%s", t->dp_size,
+                      loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp), bucket,
+                      o->run.dp_replicate > 1 ? ", hybrid: sharded within replicas" : "");
     cli_table_row("steps", "%lld (from step %lld), %.3g tokens", (long long)o->steps, (long long)t->st.step,
                   (double)o->steps * G * T);
     cli_table_row("schedule", "%s, lr %.3g -> %.3g, warmup %d", o->schedule, (double)o->run.lr.max_lr,
@@ -125,8 +131,8 @@ static void print_config(const run *r) {
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
     cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
                   omp_get_max_threads());
-    cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW", pmem, amem,
-                  o->recompute, omem);
+    cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW%s", pmem, amem,
+                  o->recompute, omem, o->run.offload_optimizer ? " in host memory (offloaded)" : "");
     cli_table_rule();
 }
 

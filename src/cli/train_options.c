@@ -24,6 +24,9 @@ static loom_status validate_mesh(train_options *o, int world_size) {
     LOOM_TRY(check_positive("tp", r->tp));
     LOOM_TRY(check_positive("pp", r->pp));
     LOOM_TRY(check_positive("cp", r->cp));
+    LOOM_TRY(check_positive("dp-replicate", r->dp_replicate));
+    if (r->zero < 0 || r->zero > 3)
+        return loom_fail(LOOM_EINVAL, "use --zero 0, 1, 2 or 3", "--zero must be 0, 1, 2 or 3, got %d", r->zero);
     if (r->cp > 1)
         return loom_fail(LOOM_EUNSUPPORTED, "use --cp 1; tensor and data parallelism are --tp and the ranks left over",
                          "--cp %d: context parallelism is not in this version of loom", r->cp);
@@ -36,7 +39,31 @@ static loom_status validate_mesh(train_options *o, int world_size) {
                          "%d ranks do not fill a mesh of --tp %d x --pp %d x --cp %d", world_size, r->tp, r->pp,
                          r->cp);
     o->dp = world_size / model_ranks;
+    if (o->dp % r->dp_replicate != 0)
+        return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
+                         "--dp-replicate %d does not divide the %d data-parallel ranks", r->dp_replicate, o->dp);
+    if (r->dp_replicate > 1 && r->zero == 0)
+        return loom_fail(LOOM_EINVAL, "add --zero 1, 2 or 3: hybrid sharding shards within each replica",
+                         "--dp-replicate %d needs a ZeRO stage of 1 or more, got --zero 0", r->dp_replicate);
     return LOOM_OK;
+}
+
+loom_status train_offload_parse(const char *offload, loom_train_config *run) {
+    char *list = strdup(offload), *save = NULL;
+    loom_status s = LOOM_OK;
+    for (char *item = strtok_r(list, ",", &save); item && s == LOOM_OK; item = strtok_r(NULL, ",", &save)) {
+        if (strcmp(item, "optimizer") == 0) run->offload_optimizer = true;
+        else if (strcmp(item, "params") == 0 || strcmp(item, "activations") == 0)
+            s = loom_fail(LOOM_EUNSUPPORTED, "use --offload optimizer (with --zero 3 to shard the parameters)",
+                          "--offload %s is not in this version of loom", item);
+        else
+            s = loom_fail(LOOM_EINVAL, "offload is a comma list of: optimizer", "unknown --offload item '%s'", item);
+    }
+    free(list);
+    if (s == LOOM_OK && run->offload_optimizer && run->adamw.stochastic_rounding)
+        s = loom_fail(LOOM_EINVAL, "drop --stochastic-rounding or --offload optimizer",
+                      "--stochastic-rounding: the offloaded optimizer rounds the parameters to nearest on the host");
+    return s;
 }
 
 static loom_status validate(train_options *o, int world_size) {
@@ -85,6 +112,7 @@ static loom_status validate(train_options *o, int world_size) {
     r->lr = (loom_lr_schedule){.max_lr = a->lr, .min_lr = o->min_lr, .warmup = o->warmup, .total = o->steps};
     LOOM_TRY(loom_lr_kind_parse(o->schedule, &r->lr.kind));
     LOOM_TRY(loom_recompute_parse(o->recompute, &r->recompute));
+    LOOM_TRY(train_offload_parse(o->offload, r));
     if (strcmp(r->device_comm, "nccl") != 0 && strcmp(r->device_comm, "mpi") != 0)
         return loom_fail(LOOM_EINVAL, "use --device-comm nccl or mpi", "unknown --device-comm '%s'", r->device_comm);
     if ((o->resume || o->ckpt_every) && !o->ckpt_dir)
@@ -98,12 +126,13 @@ static loom_status validate(train_options *o, int world_size) {
 }
 
 loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help) {
-    *o = (train_options){.run = {.batch = 8, .tp = 1, .pp = 1, .cp = 1, .pp_schedule = "1f1b",
+    *o = (train_options){.run = {.batch = 8, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .pp_schedule = "1f1b",
                                  .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                            .weight_decay = 0.1f, .grad_clip = 1.0f},
                                  .device = "auto", .precision = "auto", .device_comm = "nccl"},
                          .model = "gpt2-mini", .steps = 100, .schedule = "cosine", .min_lr = -1, .seed = 1337,
-                         .val_batches = 20, .sample_tokens = 64, .bucket_mb = 25, .recompute = "none"};
+                         .val_batches = 20, .sample_tokens = 64, .bucket_mb = 25, .recompute = "none",
+                         .offload = ""};
     loom_train_config *r = &o->run;
     const loom_flag flags[] = {
         {"model", FLAG_STR, &o->model, "named config: gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
@@ -143,6 +172,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"precision", FLAG_STR, &r->precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
         {"recompute", FLAG_STR, &o->recompute, "activations backward recomputes: none, gelu (the GELU output), full (whole blocks)"},
+        {"offload", FLAG_STR, &o->offload, "what lives in host memory (comma list): optimizer (AdamW state, stepped on the CPU cores: ZeRO-Offload)"},
         {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)"},
         {"sp", FLAG_BOOL, &r->sp, "sequence parallelism: LayerNorm and residual rows split over the --tp ranks too"},
         {"pp", FLAG_INT, &r->pp, "pipeline-parallel ranks: the blocks split into consecutive stages over them"},
@@ -150,7 +180,8 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"virtual-stages", FLAG_INT, &r->virtual_stages, "stages per pipeline rank of the interleaved schedule (0: the schedule's own)"},
         {"cp", FLAG_INT, &r->cp, "context-parallel ranks (1 in this version)"},
         {"device-comm", FLAG_STR, &r->device_comm, "collectives on GPU buffers: nccl, or mpi (staged through host memory, for ranks sharing a GPU)"},
-        {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients)"},
+        {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients), 3 (and parameters: FSDP)"},
+        {"dp-replicate", FLAG_INT, &r->dp_replicate, "hybrid sharding (HSDP): the data-parallel ranks as this many replicas, ZeRO sharding within each"},
         {"bucket-mb", FLAG_FLOAT, &o->bucket_mb, "gradient bucket size in MiB for the data-parallel reduction"},
     };
     const loom_cli cli = {"train", "Train a GPT-2 model on token shards.", "loom train --train-data PATTERN [flags]",

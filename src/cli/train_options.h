@@ -25,6 +25,7 @@ typedef struct {
     const char *ckpt_dir, *metrics;
     bool resume;
     const char *recompute; // activation recomputation: none, gelu, full
+    const char *offload;   // what lives in host memory: "" or a comma list (optimizer)
     float bucket_mb;       // gradient bucket size
     int dp;                // derived: data-parallel ranks = world / (tp pp cp)
 } train_options;
@@ -34,3 +35,8 @@ typedef struct {
 // does not divide by data-parallel ranks x micro-batch, or ranks that do not fill the mesh);
 // LOOM_EUNSUPPORTED for --cp above 1 and for sampling during training with --pp above 1.
 loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help);
+
+// --offload LIST (comma-separated: optimizer) into run->offload_optimizer. Errors: LOOM_EINVAL for
+// an unknown item or stochastic rounding with an offloaded optimizer, LOOM_EUNSUPPORTED for items
+// not in this version (params, activations).
+loom_status train_offload_parse(const char *offload, loom_train_config *run);

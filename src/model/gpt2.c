@@ -138,7 +138,7 @@ loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k) {
 }
 
 loom_status loom_gpt2_create(loom_gpt2 **out, loom_backend *be, const loom_gpt2_config *cfg) {
-    loom_gpt2_layout whole = {loom_gpt2_whole(cfg), 0, 1, false};
+    loom_gpt2_layout whole = {loom_gpt2_whole(cfg), 0, 1, false, false};
     return loom_gpt2_create_layout(out, be, cfg, &whole);
 }
 
@@ -171,14 +171,15 @@ loom_status loom_gpt2_create_layout(loom_gpt2 **out, loom_backend *be, const loo
     m->logits_chunk = Vl ? (int)(be->chunk_bytes / ((size_t)Vl * loom_dtype_size(be->dtype))) : 64;
     if (m->logits_chunk < 64) m->logits_chunk = 64;
     size_t bytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
-    m->params = be->alloc(be, bytes);
+    m->params = layout->external_params ? NULL : be->alloc(be, bytes);
     m->p = loom_xcalloc((size_t)m->table.count, sizeof(loom_tensor));
     m->g = loom_xcalloc((size_t)m->table.count, sizeof(loom_tensor));
-    if (!m->params) {
+    if (!m->params && !layout->external_params) {
         loom_gpt2_free(m);
         return loom_fail(LOOM_ENOMEM, "use a smaller model", "cannot allocate %zu bytes of parameters", bytes);
     }
     make_views(m->p, m->params, m);
+    make_views(m->g, NULL, m);
     *out = m;
     return LOOM_OK;
 }
@@ -215,6 +216,7 @@ void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host) {
 }
 
 void loom_gpt2_init(loom_gpt2 *m, uint64_t seed) {
+    LOOM_CHECK(m->params);
     float *local = loom_xmalloc((size_t)m->num_elements * sizeof(float));
     loom_param_table_init(&m->table, seed, local);
     upload_f32(m->be, m->params, local, (size_t)m->num_elements);
@@ -222,6 +224,7 @@ void loom_gpt2_init(loom_gpt2 *m, uint64_t seed) {
 }
 
 void loom_gpt2_set_params(loom_gpt2 *m, const float *file) {
+    LOOM_CHECK(m->params);
     float *local = loom_xmalloc((size_t)m->num_elements * sizeof(float));
     loom_param_table_copy(&m->table, m->table.tp_rank, local, (float *)file, false);
     upload_f32(m->be, m->params, local, (size_t)m->num_elements);
@@ -229,6 +232,7 @@ void loom_gpt2_set_params(loom_gpt2 *m, const float *file) {
 }
 
 static void get_flat(loom_gpt2 *m, const void *flat, float *file) {
+    LOOM_CHECK(flat);
     float *local = loom_xmalloc((size_t)m->num_elements * sizeof(float));
     loom_gpt2_download(m, flat, local);
     loom_param_table_copy(&m->table, m->table.tp_rank, local, file, true);
@@ -273,12 +277,13 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
     size_t gbytes = training ? layout_grads(&v, NULL, m, B, T) : 0;
     size_t pbytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
     m->acts_mem = be->alloc(be, abytes);
-    if (training && !m->grads) {
+    bool own = !m->layout.external_params;
+    if (training && own && !m->grads) {
         m->grads = be->alloc(be, pbytes);
         make_views(m->g, m->grads, m);
     }
     if (training) m->grad_acts_mem = be->alloc(be, gbytes);
-    if (!m->acts_mem || (training && (!m->grads || !m->grad_acts_mem)))
+    if (!m->acts_mem || (training && ((own && !m->grads) || !m->grad_acts_mem)))
         return loom_fail(LOOM_ENOMEM, "lower --batch or --seq",
                          "cannot allocate %zu bytes of activations for B=%d T=%d", abytes + gbytes, B, T);
     return LOOM_OK;
@@ -287,7 +292,7 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
 size_t loom_gpt2_memory_bytes(const loom_gpt2 *m) {
     gpt2_views v;
     size_t pbytes = (size_t)m->num_elements * loom_dtype_size(m->be->dtype);
-    size_t total = pbytes + (m->grads ? pbytes : 0);
+    size_t total = (m->params ? pbytes : 0) + (m->grads ? pbytes : 0);
     if (m->acts_mem)
         total += layout_shared(&v, NULL, m, m->max_B, m->max_T) +
                  (size_t)m->slots * layout_slot(&v.a, NULL, m, m->max_B, m->max_T, m->training);
@@ -333,5 +338,5 @@ double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int
 }
 
 void loom_gpt2_zero_grads(loom_gpt2 *m) {
-    m->be->zero(m->be, m->grads, (size_t)m->num_elements * loom_dtype_size(m->be->dtype));
+    if (m->grads) m->be->zero(m->be, m->grads, (size_t)m->num_elements * loom_dtype_size(m->be->dtype));
 }

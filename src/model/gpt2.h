@@ -62,12 +62,16 @@ typedef enum {
 loom_status loom_recompute_parse(const char *name, loom_recompute *mode);
 
 // Where a model object sits in a parallel layout: its pipeline stage and its tensor-parallel
-// shard (rank tp_rank of tp_size), and whether the residual stream's rows are split over the
-// same tp ranks (sequence parallelism).
+// shard (rank tp_rank of tp_size), whether the residual stream's rows are split over the same
+// tp ranks (sequence parallelism), and whether its parameters and gradients are held outside
+// it (external_params: ZeRO 3, parallel/fsdp.h, which points the views p and g at a layer's
+// tensors from the layer's LOOM_HOOK_FORWARD / BACKWARD hooks on; the model then allocates
+// neither flat buffer, and params and grads stay NULL).
 typedef struct {
     loom_stage stage;
     int tp_rank, tp_size;
     bool sequence_parallel;
+    bool external_params;
 } loom_gpt2_layout;
 
 typedef struct {
@@ -76,7 +80,7 @@ typedef struct {
     loom_gpt2_layout layout;
     loom_param_table table;  // this object's parameters
     int64_t num_elements;    // table.num_elements
-    void *params;            // (num_elements) be->dtype, table order
+    void *params;            // (num_elements) be->dtype, table order (NULL with external_params)
     void *grads;             // (num_elements) be->dtype, NULL unless allocated for training
     loom_tensor *p, *g;      // (table.count) views into the two
     int *block_at;           // (L) table index of block l's first tensor; -1 when not in this stage
@@ -105,7 +109,8 @@ loom_status loom_gpt2_create(loom_gpt2 **out, loom_backend *be, const loom_gpt2_
 loom_status loom_gpt2_create_layout(loom_gpt2 **out, loom_backend *be, const loom_gpt2_config *cfg,
                                     const loom_gpt2_layout *layout);
 void loom_gpt2_free(loom_gpt2 *m);
-// GPT-2 initialisation from (seed, tensor, element) (see gpt2_params.h).
+// GPT-2 initialisation from (seed, tensor, element) (see gpt2_params.h). This and the three
+// below need the model's own parameters (not external_params).
 void loom_gpt2_init(loom_gpt2 *m, uint64_t seed);
 // Parameters from the whole model in the model file's order (host fp32, table.file_elements
 // values), converted to the backend's dtype; this object takes its shards.
@@ -122,7 +127,7 @@ void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host);
 // B, T < 1, the rows do not split evenly under sequence parallelism (T % tp_size), or a split
 // backward is asked with full recomputation; LOOM_ENOMEM.
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training);
-// Bytes of parameters, gradients and activations currently allocated.
+// Bytes of parameters, gradients (the model's own) and activations currently allocated.
 size_t loom_gpt2_memory_bytes(const loom_gpt2 *m);
 
 // ---- the stage API a schedule drives ----
@@ -159,6 +164,6 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
 // Needs loom_gpt2_alloc(..., training=true).
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float grad_scale);
-void loom_gpt2_zero_grads(loom_gpt2 *m);
+void loom_gpt2_zero_grads(loom_gpt2 *m); // the model's own (external gradients are their owner's)
 // Logits (Vp floats, host) of the next token after the T tokens of one sequence (B = 1).
 void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits);

@@ -30,24 +30,36 @@ typedef struct {
 } loom_param_range;
 
 typedef struct {
-    loom_backend *be;
+    loom_backend *be;     // where the parameters and gradients live
+    loom_backend *state_be; // where the state lives: be, or the host (offloaded)
     int64_t n;            // elements of optimizer state (the whole model, or a shard)
     void *m, *v;          // (n) fp32 first and second moments
-    void *master;         // (n) fp32 master weights when be->dtype is lower precision, else NULL
+    void *master;         // (n) fp32 master weights when be->dtype is lower precision or the state is
+                          // offloaded, else NULL
     loom_param_range *ranges;
     int nranges;
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
+    float *host_grads;    // offloaded: (n) the gradients as host fp32
+    void *staging;        // offloaded: (n) of be->dtype, the gradients and parameters in transit
 } loom_adamw;
 
 // The optimizer of the slices of table's flat buffers this rank updates (the whole buffer:
 // one slice {0, 0, num_elements}; under ZeRO, this rank's pieces), their state in n elements,
 // its ranges cut at the table's tensor edges and joined where neighbours continue each other
-// (parameters, state and index0) with the same weight decay, so one update is few launches. Errors: LOOM_ENOMEM when the moments do not fit.
+// (parameters, state and index0) with the same weight decay, so one update is few launches.
+// sharded_params: the parameter buffer the steps update is laid out as the state (ZeRO 3's
+// shard: param_offset = state_offset), else it is the table's flat buffer.
+// offload (ZeRO-Offload, Ren et al., USENIX ATC'21): the state (moments and fp32 master weights)
+// lives in host memory and each step runs on the host's cores (the CPU backend): the gradients
+// are copied to the host as fp32, the master weights updated there, and the parameters copied
+// back rounded to be->dtype (to nearest: no stochastic rounding). Errors: LOOM_ENOMEM when the
+// state does not fit.
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
-                              const loom_param_slice *slices, int nslices, int64_t n);
+                              const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
+                              bool offload);
 void loom_adamw_free(loom_adamw *o);
 // Mixed precision: sets the master weights of every range from the (lower-precision) parameters
-// (num_elements of be->dtype). No-op when there are no master weights.
+// (num_elements of be->dtype: the buffer the steps update). No-op when there are no master weights.
 void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements);
 
 // The factor clipping multiplies gradients by: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.

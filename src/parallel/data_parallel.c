@@ -13,20 +13,26 @@ typedef struct {
     int64_t own_len;      // real elements of this rank's piece (< piece only in a ragged bucket)
     int64_t shard_offset; // this rank's piece in the shard buffers
     int ready_layer;      // backward layer after which every gradient in it is final
-    bool staged;          // len % W != 0: reduced and gathered through the staging buffer
+    bool staged;          // len % W != 0: reduced and gathered through the staging buffer (ZeRO 0-2)
+    bool reducing;        // its reduction has started and is not finished
+    void *target;         // ZeRO 3: where its reduction lands (the shard, or the scratch to add)
     loom_comm_req *req;
 } bucket;
 
 struct loom_dp {
     loom_comm *comm, *host;   // the backend's buffers; host values
+    loom_comm *replicas;      // HSDP: the same shard's ranks in the other replicas (NULL: none)
     loom_backend *be;
     int zero, W, R;
+    bool reduces;             // gradients go through the shard: several ranks, replicas or ZeRO 3
     size_t es;                // bytes per element (be->dtype)
     bucket *buckets;
     int nbuckets;
     int64_t num_elements, shard_n;
-    void *grads;              // the model's full gradient buffer
+    void *grads;              // the model's full gradient buffer (ZeRO 0-2)
+    loom_dp_units units;      // ZeRO 3: the owner of each unit's gradient buffer
     void *shard, *scratch;    // (shard_n) reduced pieces; zero 2: one micro-batch's before accumulation
+                              // (zero 3: one piece)
     void *staging;            // (W * piece of the ragged bucket)
     bool communicate, first;  // this micro-batch reduces; it is the step's first reduction
     loom_status error;
@@ -60,44 +66,62 @@ static void make_slices(loom_dp *dp) {
     }
 }
 
-loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_backend *be,
+// Where the bucket starting at flat element `start` ends: E elements on (ZeRO 0-2), or at the edge
+// of its layer (ZeRO 3: a bucket is one unit).
+static int64_t bucket_end(const loom_dp *dp, int64_t start, int64_t E) {
+    const loom_param_table *t = dp->table;
+    if (dp->zero < 3) return start + E < dp->num_elements ? start + E : dp->num_elements;
+    int i = loom_param_table_find(t, start), layer = t->params[i].layer;
+    while (i < t->count && t->params[i].layer == layer) i++;
+    return i < t->count ? t->params[i].offset : dp->num_elements;
+}
+
+loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_comm *replicas, loom_backend *be,
                            const loom_param_table *table, int zero, double bucket_mb) {
     *out = NULL;
     int64_t num_elements = table->num_elements;
     int W = loom_comm_size(comm);
-    if (zero < 0 || zero > 2) return loom_fail(LOOM_EINVAL, "use --zero 0, 1 or 2", "unknown ZeRO stage %d", zero);
+    if (zero < 0 || zero > 3) return loom_fail(LOOM_EINVAL, "use --zero 0, 1, 2 or 3", "unknown ZeRO stage %d", zero);
     if (!(bucket_mb > 0))
         return loom_fail(LOOM_EINVAL, "e.g. --bucket-mb 25", "--bucket-mb must be > 0, got %g", bucket_mb);
     if (num_elements < W)
         return loom_fail(LOOM_EINVAL, "use fewer ranks or a larger model",
                          "%d ranks exceed the model's %lld parameters", W, (long long)num_elements);
+    if (replicas && loom_comm_size(replicas) == 1) replicas = NULL;
+    if (replicas && zero == 0)
+        return loom_fail(LOOM_EINVAL, "use --zero 1, 2 or 3 with --dp-replicate",
+                         "hybrid sharding over %d replicas shards within each, which ZeRO 0 does not",
+                         loom_comm_size(replicas));
     loom_dp *dp = loom_xcalloc(1, sizeof *dp);
-    *dp = (loom_dp){.comm = comm, .host = host, .be = be, .zero = zero, .W = W, .R = loom_comm_rank(comm),
-                    .es = loom_dtype_size(be->dtype), .num_elements = num_elements, .table = table};
-    int64_t E = (int64_t)(bucket_mb * 1024 * 1024 / (double)dp->es) / W * W;
+    *dp = (loom_dp){.comm = comm, .host = host, .replicas = replicas, .be = be, .zero = zero, .W = W,
+                    .R = loom_comm_rank(comm), .es = loom_dtype_size(be->dtype), .num_elements = num_elements,
+                    .table = table, .reduces = W > 1 || replicas || zero == 3};
+    int64_t E = (int64_t)(bucket_mb * 1024 * 1024 / (double)dp->es) / W * W, most = 0;
     if (E < W) E = W;
-    dp->nbuckets = (int)((num_elements + E - 1) / E);
-    dp->buckets = loom_xcalloc((size_t)dp->nbuckets, sizeof(bucket));
-    for (int b = 0; b < dp->nbuckets; b++) {
-        bucket *k = &dp->buckets[b];
-        k->start = (int64_t)b * E;
-        k->len = num_elements - k->start < E ? num_elements - k->start : E;
+    for (int64_t start = 0; start < num_elements; dp->nbuckets++) {
+        dp->buckets = realloc(dp->buckets, (size_t)(dp->nbuckets + 1) * sizeof(bucket));
+        LOOM_CHECK(dp->buckets);
+        bucket *k = &dp->buckets[dp->nbuckets];
+        *k = (bucket){.start = start, .len = bucket_end(dp, start, E) - start};
         k->piece = (k->len + W - 1) / W;
-        k->staged = k->len % W != 0;
+        k->staged = zero < 3 && k->len % W != 0;
         size_t off, own;
         loom_comm_shard((size_t)k->len, W, dp->R, &off, &own);
         k->own_len = (int64_t)own;
         k->shard_offset = dp->shard_n;
         dp->shard_n += k->piece;
         k->ready_layer = ready_layer(table, k->start, k->start + k->len);
+        most = k->piece > most ? k->piece : most;
+        start += k->len;
     }
     make_slices(dp);
-    if (W > 1) {
+    if (dp->reduces) {
         const bucket *last = &dp->buckets[dp->nbuckets - 1];
+        int64_t scratch = zero == 3 ? most : zero == 2 ? dp->shard_n : 0;
         dp->shard = be->alloc(be, (size_t)dp->shard_n * dp->es);
-        dp->scratch = zero == 2 ? be->alloc(be, (size_t)dp->shard_n * dp->es) : NULL;
+        dp->scratch = scratch ? be->alloc(be, (size_t)scratch * dp->es) : NULL;
         dp->staging = last->staged ? be->alloc(be, (size_t)(last->piece * W) * dp->es) : NULL;
-        if (!dp->shard || (zero == 2 && !dp->scratch) || (last->staged && !dp->staging)) {
+        if (!dp->shard || (scratch && !dp->scratch) || (last->staged && !dp->staging)) {
             long long n = (long long)dp->shard_n;
             loom_dp_free(dp);
             return loom_fail(LOOM_ENOMEM, "use a higher --zero stage or fewer parameters",
@@ -126,11 +150,20 @@ int64_t loom_dp_state_elements(const loom_dp *dp) { return dp->zero == 0 ? dp->n
 int loom_dp_num_buckets(const loom_dp *dp) { return dp->nbuckets; }
 int64_t loom_dp_bucket_elements(const loom_dp *dp) { return dp->buckets[0].len; }
 
-bool loom_dp_syncs(const loom_dp *dp, int a, int A) { return (dp->W > 1 && dp->zero == 2) || a == A - 1; }
+bool loom_dp_syncs(const loom_dp *dp, int a, int A) {
+    return (dp->reduces && dp->zero >= 2) || a == A - 1;
+}
+
+void loom_dp_set_units(loom_dp *dp, loom_dp_units units) { dp->units = units; }
+
+void loom_dp_bucket(const loom_dp *dp, int b, int64_t *start, int64_t *len, int64_t *piece, int64_t *shard_offset) {
+    const bucket *k = &dp->buckets[b];
+    *start = k->start, *len = k->len, *piece = k->piece, *shard_offset = k->shard_offset;
+}
 
 void loom_dp_begin_micro_batch(loom_dp *dp, void *grads, bool first, bool sync) {
     dp->grads = grads;
-    dp->communicate = dp->W > 1 && sync;
+    dp->communicate = dp->reduces && sync;
     dp->first = first;
 }
 
@@ -138,23 +171,57 @@ static void keep_error(loom_dp *dp, loom_status s) {
     if (s != LOOM_OK && dp->error == LOOM_OK) dp->error = s;
 }
 
-// Starts bucket k's reduce-scatter (average over ranks) into the shard (zero 2: the scratch).
-static void start_reduce(loom_dp *dp, bucket *k) {
-    const void *send = AT(dp->grads, k->start);
+// Starts bucket b's reduce-scatter (average over ranks) into the shard (zero 2: the scratch; zero
+// 3: the shard on the step's first reduction, else the scratch; one rank: a copy).
+static void start_reduce(loom_dp *dp, int b) {
+    bucket *k = &dp->buckets[b];
+    loom_backend *be = dp->be;
+    const void *send = dp->zero == 3 ? dp->units.grads(dp->units.ctx, b) : AT(dp->grads, k->start);
+    LOOM_CHECK(send);
     if (k->staged) { // the ragged last bucket, padded with zeros
-        dp->be->copy(dp->be, dp->staging, send, (size_t)k->len * dp->es);
-        dp->be->zero(dp->be, AT(dp->staging, k->len), (size_t)(k->piece * dp->W - k->len) * dp->es);
+        be->copy(be, dp->staging, send, (size_t)k->len * dp->es);
+        be->zero(be, AT(dp->staging, k->len), (size_t)(k->piece * dp->W - k->len) * dp->es);
         send = dp->staging;
     }
     void *recv = AT(dp->zero == 2 ? dp->scratch : dp->shard, k->shard_offset);
-    keep_error(dp, loom_reduce_scatter(dp->comm, send, recv, (size_t)k->piece, dp->be->dtype, LOOM_AVG, &k->req));
+    if (dp->zero == 3) recv = k->target = dp->first ? recv : dp->scratch;
+    k->reducing = true;
+    if (dp->W == 1) be->copy(be, recv, send, (size_t)k->len * dp->es);
+    else keep_error(dp, loom_reduce_scatter(dp->comm, send, recv, (size_t)k->piece, be->dtype, LOOM_AVG, &k->req));
+}
+
+// Completes bucket b's reduction: its piece averaged over the shard's ranks, then (hybrid
+// sharding) over the replicas; zero 3 adds it into the shard (after the step's first reduction)
+// and hands the unit's gradient buffer back.
+static void finish_reduce(loom_dp *dp, int b) {
+    bucket *k = &dp->buckets[b];
+    loom_backend *be = dp->be;
+    if (k->req) keep_error(dp, loom_comm_wait(k->req));
+    k->req = NULL;
+    k->reducing = false;
+    void *mine = AT(dp->shard, k->shard_offset);
+    void *piece = dp->zero == 3 ? k->target : dp->zero == 2 ? AT(dp->scratch, k->shard_offset) : mine;
+    if (dp->replicas) keep_error(dp, loom_allreduce(dp->replicas, piece, (size_t)k->piece, be->dtype, LOOM_AVG, NULL));
+    if (dp->zero < 3) return;
+    if (piece != mine) {
+        loom_tensor acc = loom_view_dims(mine, be->dtype, &k->piece, 1), add = loom_view_dims(piece, be->dtype, &k->piece, 1);
+        be->residual_forward(be, acc, acc, add);
+    }
+    k->target = NULL;
+    dp->units.reduced(dp->units.ctx, b);
+}
+
+static void finish_reductions(loom_dp *dp) {
+    for (int b = 0; b < dp->nbuckets; b++)
+        if (dp->buckets[b].reducing) finish_reduce(dp, b);
 }
 
 void loom_dp_grads_ready(void *ctx, int layer) {
     loom_dp *dp = ctx;
     if (!dp->communicate) return;
+    if (dp->zero == 3) finish_reductions(dp); // one unit's reduction in flight: one scratch piece, few buffers
     for (int b = 0; b < dp->nbuckets; b++)
-        if (dp->buckets[b].ready_layer == layer) start_reduce(dp, &dp->buckets[b]);
+        if (dp->buckets[b].ready_layer == layer) start_reduce(dp, b);
     for (int b = 0; b < dp->nbuckets; b++) { // MPI moves data forward inside its calls
         bool done;
         if (dp->buckets[b].req) keep_error(dp, loom_comm_test(dp->buckets[b].req, &done));
@@ -171,7 +238,7 @@ static void wait_all(loom_dp *dp) {
 
 loom_status loom_dp_end_micro_batch(loom_dp *dp) {
     if (dp->communicate) {
-        wait_all(dp);
+        finish_reductions(dp);
         if (dp->zero == 2) { // shard (+)= this micro-batch's reduced pieces; clear the full buffer
             loom_backend *be = dp->be;
             loom_tensor acc = loom_view_dims(dp->shard, be->dtype, &dp->shard_n, 1);
@@ -252,7 +319,7 @@ static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
 
 loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq) {
     double sumsq = 0;
-    if (dp->W == 1) { // nothing to reduce: the full buffer is the shard
+    if (!dp->reduces) { // nothing to reduce: the full buffer is the shard
         *grads = dp->grads;
         sumsq = piece_sumsq(dp, 0, false);
     } else if (dp->zero == 0) {
@@ -272,6 +339,6 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq)
 }
 
 loom_status loom_dp_gather_params(loom_dp *dp, void *params) {
-    if (dp->W == 1 || dp->zero == 0) return LOOM_OK;
+    if (!dp->reduces || dp->zero == 0 || dp->zero == 3) return LOOM_OK; // zero 3: the owner gathers units on use
     return gather(dp, params, false);
 }

@@ -1,6 +1,6 @@
-// Data parallelism over the ranks of a group: DDP with gradient buckets and ZeRO stages 1 and 2
+// Data parallelism over the ranks of a group: DDP with gradient buckets and ZeRO stages 1-3
 // (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
-// SC'20; bucketing and overlap as PyTorch DDP, Li et al., VLDB'20).
+// SC'20; bucketing and overlap as PyTorch DDP, Li et al., VLDB'20), optionally hybrid (HSDP).
 //
 // The flat gradient buffer is cut into buckets of about `bucket_mb` whose lengths are multiples
 // of the world size W (only the last bucket may be ragged; it is padded through a staging
@@ -14,7 +14,17 @@
 //           parameters, and the parameters are all-gathered per bucket;
 //   zero 2: as zero 1, and the gradients are reduced after every micro-batch into a shard
 //           accumulator, so the full buffer holds one micro-batch only; zero 0 and 1 reduce
-//           after the last micro-batch of the accumulation.
+//           after the last micro-batch of the accumulation;
+//   zero 3: as zero 2 with one bucket per unit (one layer's parameters: the embeddings, each
+//           block, the final norm), whose gradient buffer belongs to the unit's owner
+//           (parallel/fsdp.h: the parameters are sharded too and gathered unit by unit): each
+//           unit's reduction runs during the next unit's backward and then hands its buffer
+//           back; this rank's parameter pieces live in the owner's shard, which the optimizer
+//           updates in place, so nothing is gathered after the step.
+// Hybrid sharding (torch FSDP's HYBRID_SHARD; ZeRO 1-3): the group is one replica's shard
+// ranks, and each reduced piece is then averaged over the `replicas` group (the ranks holding
+// the same piece in the other replicas), so the optimizer state is sharded within a replica and
+// replicated across replicas.
 // All stages reduce with the same reduce-scatters and compute the gradient norm the same way
 // (per rank piece, summed in rank order), so stages 0 and 1 give bit-identical weights; stage
 // 2 sums micro-batches after the reduction instead of before, equal within rounding.
@@ -33,10 +43,11 @@
 typedef struct loom_dp loom_dp;
 
 // comm reduces the backend's buffers (NCCL for GPU memory), host the same ranks' host values
-// (the same group on the CPU); table describes the flat buffers. Errors: LOOM_EINVAL naming the
-// value for a ZeRO stage outside 0..2, a bucket size <= 0, or more ranks than parameters;
+// (the same group on the CPU); replicas (device buffers; NULL or one rank: no hybrid sharding);
+// table describes the flat buffers. Errors: LOOM_EINVAL naming the value for a ZeRO stage
+// outside 0..3, a bucket size <= 0, more ranks than parameters, or replicas with ZeRO 0;
 // LOOM_ENOMEM.
-loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_backend *be,
+loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_comm *replicas, loom_backend *be,
                            const loom_param_table *table, int zero, double bucket_mb);
 void loom_dp_free(loom_dp *dp);
 
@@ -46,9 +57,22 @@ const loom_param_slice *loom_dp_slices(const loom_dp *dp, int *nslices);
 int64_t loom_dp_state_elements(const loom_dp *dp);
 int loom_dp_num_buckets(const loom_dp *dp);
 int64_t loom_dp_bucket_elements(const loom_dp *dp); // the bucket length before the last
-// Whether the gradients are reduced after micro-batch a of A (zero 2 with several ranks: every
-// micro-batch; else the last), i.e. whether the buffer then holds this micro-batch's only.
+// Whether the gradients are reduced after micro-batch a of A (zero 2 with several ranks, zero 3:
+// every micro-batch; else the last), i.e. whether the buffer then holds this micro-batch's only.
 bool loom_dp_syncs(const loom_dp *dp, int a, int A);
+
+// ZeRO 3: bucket b's flat elements [start, start + len), each rank's piece (elements; rank r's
+// at start + r x piece) and this rank's piece's offset in the shard buffers.
+void loom_dp_bucket(const loom_dp *dp, int b, int64_t *start, int64_t *len, int64_t *piece, int64_t *shard_offset);
+// The owner of the units' gradient buffers (ZeRO 3): grads(ctx, b) is unit b's (piece x W
+// elements of be->dtype, zero beyond len) when its reduction starts; reduced(ctx, b) says the
+// reduction is in the shard, so the buffer may go.
+typedef struct {
+    void *ctx;
+    void *(*grads)(void *ctx, int bucket);
+    void (*reduced)(void *ctx, int bucket);
+} loom_dp_units;
+void loom_dp_set_units(loom_dp *dp, loom_dp_units units);
 
 // Before a micro-batch writes its gradients into `grads` (the model's flat buffer): whether it
 // is the step's first and whether its gradients are reduced (loom_dp_syncs; a pipeline, whose
@@ -64,5 +88,6 @@ loom_status loom_dp_end_micro_batch(loom_dp *dp);
 // offset; *grads) and the sum of squares of the averaged gradient over the counted tensors of
 // this table (*sumsq, fp64, summed over the data-parallel ranks in rank order).
 loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *sumsq);
-// After the optimizer step: all-gathers the updated parameter pieces (zero 1, 2).
+// After the optimizer step: all-gathers the updated parameter pieces (zero 1, 2; zero 3 gathers
+// each unit when it is used).
 loom_status loom_dp_gather_params(loom_dp *dp, void *params);

@@ -14,6 +14,8 @@ static const unsigned GROUP_AXES[LOOM_GROUPS] = {
     [LOOM_GROUP_DP_CP] = 1u << LOOM_AXIS_DP_REPLICATE | 1u << LOOM_AXIS_DP_SHARD | 1u << LOOM_AXIS_CP,
     [LOOM_GROUP_MP] = 1u << LOOM_AXIS_TP | 1u << LOOM_AXIS_PP,
     [LOOM_GROUP_EMBED] = 1u << LOOM_AXIS_PP, // its two ends only: the pp group itself when pp <= 2
+    [LOOM_GROUP_SHARD] = 1u << LOOM_AXIS_DP_SHARD | 1u << LOOM_AXIS_CP,
+    [LOOM_GROUP_REPLICATE] = 1u << LOOM_AXIS_DP_REPLICATE,
 };
 
 // The embedding group differs from the pp group when ranks lie between the two ends.
@@ -41,19 +43,25 @@ static int rank_of(const loom_mesh *m, const int *coord) {
     return r;
 }
 
-loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, int cp) {
+loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, int cp, int dp_replicate) {
     *out = NULL;
     int W = loom_comm_size(world);
-    if (tp < 1 || pp < 1 || cp < 1)
-        return loom_fail(LOOM_EINVAL, "parallel degrees are 1 or more", "bad mesh: --tp %d --pp %d --cp %d", tp, pp, cp);
+    if (tp < 1 || pp < 1 || cp < 1 || dp_replicate < 1)
+        return loom_fail(LOOM_EINVAL, "parallel degrees are 1 or more", "bad mesh: --tp %d --pp %d --cp %d --dp-replicate %d",
+                         tp, pp, cp, dp_replicate);
     if (W % (tp * pp * cp) != 0)
         return loom_fail(LOOM_EINVAL, "launch a multiple of tp x pp x cp ranks",
                          "%d ranks do not divide into --tp %d x --pp %d x --cp %d = %d", W, tp, pp, cp, tp * pp * cp);
+    int dp = W / (tp * pp * cp);
+    if (dp % dp_replicate != 0)
+        return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
+                         "--dp-replicate %d does not divide the %d data-parallel ranks (%d ranks / tp x pp x cp = %d)",
+                         dp_replicate, dp, W, tp * pp * cp);
     loom_mesh *m = loom_xcalloc(1, sizeof *m);
     m->world = world;
     m->rank = loom_comm_rank(world);
     m->world_size = W;
-    const int size[LOOM_AXES] = {pp, 1, W / (tp * pp * cp), cp, tp};
+    const int size[LOOM_AXES] = {pp, dp_replicate, dp / dp_replicate, cp, tp};
     memcpy(m->size, size, sizeof size);
     for (int a = LOOM_AXES - 1, r = m->rank; a >= 0; a--) {
         m->coord[a] = r % m->size[a];
@@ -119,7 +127,11 @@ int loom_mesh_replica0(const loom_mesh *m) {
 int loom_mesh_rank(const loom_mesh *m, loom_mesh_group g) { return loom_comm_rank(m->host[g]); }
 
 void loom_mesh_describe(const loom_mesh *m, char *out, size_t cap) {
-    snprintf(out, cap, "pp %d x dp %d x cp %d x tp %d = %d ranks", m->size[LOOM_AXIS_PP],
-             m->size[LOOM_AXIS_DP_REPLICATE] * m->size[LOOM_AXIS_DP_SHARD], m->size[LOOM_AXIS_CP],
+    char replicas[48] = "";
+    if (m->size[LOOM_AXIS_DP_REPLICATE] > 1)
+        snprintf(replicas, sizeof replicas, " (%d replicas of %d shards)", m->size[LOOM_AXIS_DP_REPLICATE],
+                 m->size[LOOM_AXIS_DP_SHARD]);
+    snprintf(out, cap, "pp %d x dp %d%s x cp %d x tp %d = %d ranks", m->size[LOOM_AXIS_PP],
+             m->size[LOOM_AXIS_DP_REPLICATE] * m->size[LOOM_AXIS_DP_SHARD], replicas, m->size[LOOM_AXIS_CP],
              m->size[LOOM_AXIS_TP], m->world_size);
 }

@@ -7,11 +7,14 @@
 //
 // tp varies fastest, so a tensor-parallel group is tp consecutive ranks, on one host when the
 // launcher places ranks in order. The data-parallel degree dp = dp_replicate x dp_shard is what
-// the world leaves after tp x pp x cp (dp_replicate is 1 until hybrid sharding).
+// the world leaves after tp x pp x cp; hybrid sharding (HSDP) splits it into dp_replicate replicas
+// of dp_shard ranks each (dp_replicate is 1 otherwise).
 //
 // Groups: each axis, plus the combinations the layouts need: dp (dp_replicate x dp_shard: the
 // replicas of one model shard, which read different data), dp_cp (dp x cp: the ranks whose
-// gradients of the same parameters are averaged), mp (tp x pp: the ranks that together hold one
+// gradients of the same parameters are averaged), shard (dp_shard x cp: the ranks over which ZeRO
+// shards gradients, optimizer state and, at stage 3, parameters; dp_cp when dp_replicate is 1),
+// replicate (dp_replicate: the ranks holding the same shard in different replicas), mp (tp x pp: the ranks that together hold one
 // replica of the model, over which the gradient norm is summed), and embed (Megatron-LM's
 // embedding group: the first and the last rank of a pp group, which both hold the tied word
 // embedding; a group of its own for the ranks between). Each group exists for host
@@ -24,7 +27,7 @@
 typedef enum { LOOM_AXIS_PP, LOOM_AXIS_DP_REPLICATE, LOOM_AXIS_DP_SHARD, LOOM_AXIS_CP, LOOM_AXIS_TP, LOOM_AXES } loom_mesh_axis;
 typedef enum {
     LOOM_GROUP_PP, LOOM_GROUP_DP, LOOM_GROUP_CP, LOOM_GROUP_TP, LOOM_GROUP_DP_CP, LOOM_GROUP_MP, LOOM_GROUP_EMBED,
-    LOOM_GROUPS
+    LOOM_GROUP_SHARD, LOOM_GROUP_REPLICATE, LOOM_GROUPS
 } loom_mesh_group;
 
 typedef struct {
@@ -36,10 +39,11 @@ typedef struct {
     loom_comm *dev[LOOM_GROUPS]; // = host on the CPU
 } loom_mesh;
 
-// Arranges the ranks of `world` with degrees tp, pp and cp (>= 1); dp is the rest. Collective
-// over world. Errors (the same on every rank): LOOM_EINVAL naming the values when a degree is
-// below 1 or tp x pp x cp does not divide the world size; those of loom_comm_split.
-loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, int cp);
+// Arranges the ranks of `world` with degrees tp, pp, cp and dp_replicate (>= 1); dp is the rest,
+// dp_shard = dp / dp_replicate. Collective over world. Errors (the same on every rank):
+// LOOM_EINVAL naming the values when a degree is below 1, tp x pp x cp does not divide the world
+// size or dp_replicate does not divide dp; those of loom_comm_split.
+loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, int cp, int dp_replicate);
 // Device groups for buffers of a GPU backend whose ops run on `stream` (a cudaStream_t):
 // `device_comm` "nccl" (NCCL) or "mpi" (MPI staged through host memory, for ranks sharing a
 // GPU). Groups of one rank stage (they never move data). Errors: LOOM_EINVAL for another

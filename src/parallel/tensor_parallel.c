@@ -11,7 +11,7 @@ struct loom_tp {
     int size, max_rows;
     void *part, *parts, *lse; // (max_rows,3), (size,max_rows,3), (max_rows) fp32 scratch
     const loom_param_table *table;
-    void *grads;
+    const loom_tensor *grads; // the model's gradient views
     loom_comm_req **reqs; // (table->count) the sums of one layer in flight
     loom_status error;
 };
@@ -93,13 +93,12 @@ static void gather_vocab(void *ctx, float *host, loom_tensor logits) {
 static void sum_sequence_grads(void *ctx, int layer) {
     loom_tp *tp = ctx;
     if (!tp->sync) return;
-    size_t es = loom_dtype_size(tp->be->dtype);
     loom_comm_req **reqs = tp->reqs;
     int nreq = 0;
     for (int i = 0; i < tp->table->count; i++) {
         const loom_param *p = &tp->table->params[i];
         if (p->layer != layer || !p->shard.sequence_parallel) continue;
-        loom_status s = loom_allreduce(tp->dev, (char *)tp->grads + (size_t)p->offset * es, (size_t)p->local_numel,
+        loom_status s = loom_allreduce(tp->dev, tp->grads[i].data, (size_t)p->local_numel,
                                        tp->be->dtype, LOOM_SUM, &reqs[nreq]);
         keep(tp, s);
         if (s == LOOM_OK) nreq++;
@@ -108,7 +107,7 @@ static void sum_sequence_grads(void *ctx, int layer) {
 }
 
 void loom_tp_attach(loom_tp *tp, loom_tp_points *points, loom_hooks *hooks, const loom_param_table *table,
-                    void *grads) {
+                    const loom_tensor *grads) {
     *points = (loom_tp_points){.ctx = tp, .gather = gather, .reduce = reduce, .crossentropy = crossentropy,
                                .gather_vocab = gather_vocab};
     tp->table = table;

@@ -32,9 +32,10 @@ loom_status loom_tp_create(loom_tp **out, loom_comm *dev, loom_comm *host, loom_
                            bool sequence_parallel, int max_rows);
 void loom_tp_free(loom_tp *tp);
 // Sets a model's points and adds (before any data-parallel hook) the hook that sums the
-// sequence-parallel gradients; table and grads (table.num_elements of be->dtype) are the model's.
+// sequence-parallel gradients; table and grads (its gradient views, table.count, read when the
+// hook runs) are the model's.
 void loom_tp_attach(loom_tp *tp, loom_tp_points *points, loom_hooks *hooks, const loom_param_table *table,
-                    void *grads);
+                    const loom_tensor *grads);
 // Before a micro-batch: whether its gradients are synchronised after it (the sums then run).
 void loom_tp_begin_micro_batch(loom_tp *tp, bool sync);
 // The first communication failure since the last call (then cleared), or LOOM_OK.

@@ -18,14 +18,14 @@ static loom_status same_over(loom_trainer *t, loom_comm *c, double value, const 
     return s;
 }
 
-static double sumsq(loom_backend *be, const loom_param_table *table, const void *flat, bool replicated_only) {
-    size_t es = loom_dtype_size(be->dtype);
+// Sum of squares of this rank's parameters (host fp32, table order), of the replicated tensors
+// only or of all, in a fixed order.
+static double sumsq(const loom_param_table *table, const float *flat, bool replicated_only) {
     double total = 0;
     for (int i = 0; i < table->count; i++) {
         const loom_param *p = &table->params[i];
         if (replicated_only && p->shard.kind != LOOM_SHARD_REPLICATED) continue;
-        int64_t n = p->local_numel;
-        total += be->sumsq(be, loom_view_dims((char *)flat + (size_t)p->offset * es, be->dtype, &n, 1));
+        for (int64_t k = 0; k < p->local_numel; k++) total += (double)flat[p->offset + k] * flat[p->offset + k];
     }
     return total;
 }
@@ -33,14 +33,15 @@ static double sumsq(loom_backend *be, const loom_param_table *table, const void 
 // Every data-parallel replica holds the same parameters (replicated, or gathered after ZeRO's
 // update), every tp rank the same replicated tensors, and the two ends of a pipeline the same
 // tied embedding: their sums of squares, computed in a fixed order, must agree bit for bit.
-static loom_status check_replicas(loom_trainer *t) {
+static loom_status check_replicas(loom_trainer *t, const float *flat) {
     const loom_gpt2 *m = t->model;
-    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP], sumsq(t->be, &m->table, m->params, false), "parameters"));
-    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(t->be, &m->table, m->params, true), "replicated tensors"));
+    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP], sumsq(&m->table, flat, false), "parameters"));
+    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(&m->table, flat, true), "replicated tensors"));
     if (m->layout.stage.embed == m->layout.stage.head) return LOOM_OK;
-    int64_t n = loom_numel(&m->p[m->wte]);
-    double wte = t->be->sumsq(t->be, loom_view_dims(m->p[m->wte].data, t->be->dtype, &n, 1));
-    return same_over(t, t->mesh->host[LOOM_GROUP_EMBED], wte, "tied embeddings");
+    const loom_param *wte = &m->table.params[m->wte];
+    double sq = 0;
+    for (int64_t k = 0; k < wte->local_numel; k++) sq += (double)flat[wte->offset + k] * flat[wte->offset + k];
+    return same_over(t, t->mesh->host[LOOM_GROUP_EMBED], sq, "tied embeddings");
 }
 
 // The parameter table of model-parallel rank r (tp x pp, tp fastest) of this trainer's mesh.
@@ -49,9 +50,10 @@ static loom_status table_of(const loom_trainer *t, int r, loom_param_table *tabl
     return loom_gpt2_param_table(&t->model->cfg, &stage, r % t->cfg.tp, t->cfg.tp, table);
 }
 
-// Replica 0's model-parallel ranks gather their shards, each padded to the largest; rank 0
-// places each in the whole model file by that rank's table and writes it.
-static loom_status save_model(loom_trainer *t, const char *dir) {
+// Replica 0's model-parallel ranks gather their parameters (flat: host fp32, table order), each
+// padded to the largest; rank 0 places each in the whole model file by that rank's table and
+// writes it.
+static loom_status save_model(loom_trainer *t, const char *dir, const float *flat) {
     if (t->dp_rank != 0) return LOOM_OK;
     const loom_gpt2 *m = t->model;
     loom_comm *mp = t->mesh->host[LOOM_GROUP_MP];
@@ -64,7 +66,7 @@ static loom_status save_model(loom_trainer *t, const char *dir) {
         if (s == LOOM_OK && tables[r].num_elements > most) most = tables[r].num_elements;
     }
     float *local = loom_xcalloc((size_t)most, sizeof(float)), *all = loom_xmalloc((size_t)most * (size_t)P * sizeof(float));
-    loom_gpt2_download(m, m->params, local);
+    memcpy(local, flat, (size_t)m->num_elements * sizeof(float));
     if (s == LOOM_OK) s = loom_allgather(mp, local, all, (size_t)most, LOOM_F32, NULL);
     if (s == LOOM_OK && t->mesh->rank == 0) {
         float *file = loom_xcalloc((size_t)m->table.file_elements, sizeof(float));
@@ -85,9 +87,10 @@ static loom_status save_state(loom_trainer *t, const char *dir) {
     int64_t sn = loom_dp_state_elements(t->dp);
     size_t bytes = (size_t)sn * sizeof(float);
     float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
-    t->be->download(t->be, m, t->opt->m, bytes);
-    t->be->download(t->be, v, t->opt->v, bytes);
-    if (master) t->be->download(t->be, master, t->opt->master, bytes);
+    loom_backend *be = t->opt->state_be;
+    be->download(be, m, t->opt->m, bytes);
+    be->download(be, v, t->opt->v, bytes);
+    if (master) be->download(be, master, t->opt->master, bytes);
     loom_status s = loom_ckpt_save_state(dir, &t->st, t->mesh->rank, m, v, master, sn);
     free(m);
     free(v);
@@ -96,8 +99,13 @@ static loom_status save_state(loom_trainer *t, const char *dir) {
 }
 
 loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report) {
-    LOOM_TRY(check_replicas(t));
-    loom_status s = save_model(t, dir);
+    const loom_gpt2 *m = t->model;
+    float *flat = loom_xmalloc((size_t)m->num_elements * sizeof(float)); // ZeRO 3: gathered unit by unit
+    loom_status s = t->fsdp ? loom_fsdp_gather_params(t->fsdp, flat) : LOOM_OK;
+    if (!t->fsdp) loom_gpt2_download(m, m->params, flat);
+    if (s == LOOM_OK) s = check_replicas(t, flat);
+    if (s == LOOM_OK) s = save_model(t, dir, flat);
+    free(flat);
     if (s == LOOM_OK) s = save_state(t, dir);
     LOOM_TRY(loom_comm_agree(t->world, s, report));
     if (t->mesh->rank == 0) s = loom_ckpt_save_meta(dir, &t->st, &t->model->cfg, &t->model->table);

@@ -58,6 +58,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
         loom_dp_begin_micro_batch(t->dp, m->grads, true, false);
         LOOM_TRY(loom_pp_run(t->pipe, t->timed, &sum));
         if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+        if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
         LOOM_TRY(pipeline_sync(t));
         LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_PP], &sum, 1, LOOM_F64, LOOM_SUM, NULL)); // the last stage's
     } else
@@ -67,6 +68,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
             loom_dp_begin_micro_batch(t->dp, m->grads, a == 0, loom_dp_syncs(t->dp, a, A));
             sum += loom_gpt2_forward_backward(m, t->inputs, t->targets, B, T, 1.0f / (float)A);
             if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+            if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
             LOOM_TRY(loom_dp_end_micro_batch(t->dp));
         }
     out->loss = sum / A;
@@ -85,8 +87,10 @@ loom_status loom_train_update(loom_trainer *t, const loom_step_result *r) {
     const loom_train_config *c = &t->cfg;
     loom_gpt2 *m = t->model;
     double t0 = loom_now();
-    loom_adamw_step(t->opt, m->params, t->reduced, r->lr, &c->adamw, loom_clip_scale(r->norm, c->adamw.grad_clip));
+    loom_adamw_step(t->opt, loom_train_params(t, NULL), t->reduced, r->lr, &c->adamw,
+                    loom_clip_scale(r->norm, c->adamw.grad_clip));
     LOOM_TRY(loom_dp_gather_params(t->dp, m->params));
+    if (t->fsdp) loom_fsdp_reshard(t->fsdp); // the gathered units are the old parameters
     if (t->timed) t->be->synchronize(t->be);
     t->time_opt = loom_now() - t0;
     t->st.step++;
@@ -103,15 +107,21 @@ loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loo
 loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int n, double *loss) {
     double sum = 0;
     t->batch = batch, t->batch_ctx = ctx, t->batch_first = 0;
-    for (int i = t->dp_rank; i < n; i += t->dp_size) {
+    int rounds = (n + t->dp_size - 1) / t->dp_size;
+    for (int j = 0; j < rounds; j++) {
+        int i = t->dp_rank + j * t->dp_size;
+        if (i >= n && !t->fsdp) break;
+        // ZeRO 3's gathers are collective: a rank out of batches runs batch 0 again, unused
+        int b = i < n ? i : 0;
         double l = 0;
-        if (t->pipe) LOOM_TRY(loom_pp_forward(t->pipe, i, &l));
+        if (t->pipe) LOOM_TRY(loom_pp_forward(t->pipe, b, &l));
         else {
-            batch(ctx, (uint64_t)i, t->inputs, t->targets);
+            batch(ctx, (uint64_t)b, t->inputs, t->targets);
             l = loom_gpt2_loss(t->model, t->inputs, t->targets, t->cfg.batch, t->st.seq_len);
         }
-        sum += l;
+        sum += i < n ? l : 0;
         if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+        if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
     }
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));
     if (t->pipe) LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_PP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));

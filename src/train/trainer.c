@@ -24,10 +24,12 @@ static loom_status check_layout(const loom_trainer *t, int64_t step) {
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's rank count and --zero",
                          "checkpoint step %lld was trained on %d ranks with ZeRO %d, not %d ranks with ZeRO %d",
                          (long long)step, st->world_size, st->zero, t->mesh->world_size, c->zero);
-    if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp)
-        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp and --sp",
-                         "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d, not tp %d pp %d cp %d sp %d",
-                         (long long)step, st->tp, st->pp, st->cp, st->sp, c->tp, c->pp, c->cp, (int)c->sp);
+    int dr = c->dp_replicate > 1 ? c->dp_replicate : 1;
+    if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp || st->dp_replicate != dr)
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp, --sp and --dp-replicate",
+                         "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d dp_replicate %d, not tp %d pp %d "
+                         "cp %d sp %d dp_replicate %d", (long long)step, st->tp, st->pp, st->cp, st->sp,
+                         st->dp_replicate, c->tp, c->pp, c->cp, (int)c->sp, dr);
     if (st->micro_batch != c->batch || st->grad_accum != t->grad_accum || (c->seq && c->seq != st->seq_len))
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --batch, --seq and --global-batch",
                          "checkpoint step %lld was trained with B=%d T=%d accumulation %d, not B=%d T=%d "
@@ -95,16 +97,31 @@ static bool splits_backward(const loom_pp_schedule *s, int rank) {
     return false;
 }
 
+// The model's initial parameters: from the file's whole model, or initialised from the seed. ZeRO
+// 3 keeps this rank's pieces only.
+static void set_params(loom_trainer *t, const float *file) {
+    loom_gpt2 *m = t->model;
+    if (!t->fsdp) {
+        if (file) loom_gpt2_set_params(m, file);
+        else loom_gpt2_init(m, t->cfg.seed);
+        return;
+    }
+    float *flat = loom_xmalloc((size_t)m->num_elements * sizeof(float));
+    if (file) loom_param_table_copy(&m->table, m->table.tp_rank, flat, (float *)file, false);
+    else loom_param_table_init(&m->table, t->cfg.seed, flat);
+    loom_fsdp_set_params(t->fsdp, flat);
+    free(flat);
+}
+
 // The model shard, its activations, tensor, pipeline and data parallelism, and the optimizer.
 static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, const float *file) {
     const loom_train_config *c = &t->cfg;
     loom_mesh *mesh = t->mesh;
     LOOM_TRY(make_schedule(t, cfg));
-    loom_gpt2_layout layout = {loom_train_stage_of(t, cfg, t->pp_rank), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp};
+    loom_gpt2_layout layout = {loom_train_stage_of(t, cfg, t->pp_rank), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp,
+                               c->zero == 3};
     LOOM_TRY(loom_gpt2_create_layout(&t->model, t->be, cfg, &layout));
     loom_gpt2 *m = t->model;
-    if (file) loom_gpt2_set_params(m, file);
-    else loom_gpt2_init(m, c->seed);
     m->recompute = c->recompute;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
     m->split_backward = splits_backward(t->schedule, t->pp_rank);
@@ -118,17 +135,33 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     }
     if (c->tp > 1) {
         LOOM_TRY(loom_tp_create(&t->tp, mesh->dev[LOOM_GROUP_TP], mesh->host[LOOM_GROUP_TP], t->be, c->sp, m->logits_chunk));
-        loom_tp_attach(t->tp, &m->tp, &m->hooks, &m->table, m->grads);
+        loom_tp_attach(t->tp, &m->tp, &m->hooks, &m->table, m->g);
     }
-    LOOM_TRY(loom_dp_create(&t->dp, mesh->dev[LOOM_GROUP_DP_CP], mesh->host[LOOM_GROUP_DP_CP], t->be, &m->table,
-                            c->zero, c->bucket_mb));
+    LOOM_TRY(loom_dp_create(&t->dp, mesh->dev[LOOM_GROUP_SHARD], mesh->host[LOOM_GROUP_SHARD],
+                            mesh->dev[LOOM_GROUP_REPLICATE], t->be, &m->table, c->zero, c->bucket_mb));
+    if (c->zero == 3)
+        LOOM_TRY(loom_fsdp_create(&t->fsdp, t->dp, mesh->dev[LOOM_GROUP_SHARD], t->be, &m->table, cfg->num_layers, m->p,
+                                  m->g, &m->hooks));
     loom_hooks_add(&m->hooks, LOOM_HOOK_GRADS, loom_dp_grads_ready, t->dp);
+    set_params(t, file);
     int n;
     const loom_param_slice *slices = loom_dp_slices(t->dp, &n);
-    LOOM_TRY(loom_adamw_create(&t->opt, t->be, &m->table, slices, n, loom_dp_state_elements(t->dp)));
+    LOOM_TRY(loom_adamw_create(&t->opt, t->be, &m->table, slices, n, loom_dp_state_elements(t->dp), t->fsdp != NULL,
+                               c->offload_optimizer));
     t->inputs = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     t->targets = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     return LOOM_OK;
+}
+
+void *loom_train_params(const loom_trainer *t, int64_t *n) {
+    if (n) *n = t->fsdp ? loom_fsdp_shard_elements(t->fsdp) : t->model->num_elements;
+    return t->fsdp ? loom_fsdp_shard(t->fsdp) : t->model->params;
+}
+
+static void init_master(loom_trainer *t) {
+    int64_t n;
+    void *params = loom_train_params(t, &n);
+    loom_adamw_init_master(t->opt, params, n);
 }
 
 // Resume: this rank's optimizer state from checkpoint `step` (ZeRO 0: replica 0's of its shard).
@@ -151,10 +184,11 @@ static loom_status load_state(loom_trainer *t, int64_t step) {
     int file = t->cfg.zero == 0 ? loom_mesh_replica0(t->mesh) : t->mesh->rank;
     loom_status s = loom_ckpt_load_state(t->cfg.resume, st, file, m, v, master, &has_master, sn);
     if (s == LOOM_OK) {
-        t->be->upload(t->be, t->opt->m, m, bytes);
-        t->be->upload(t->be, t->opt->v, v, bytes);
-        if (has_master) t->be->upload(t->be, t->opt->master, master, bytes);
-        else loom_adamw_init_master(t->opt, t->model->params, t->model->num_elements);
+        loom_backend *be = t->opt->state_be;
+        be->upload(be, t->opt->m, m, bytes);
+        be->upload(be, t->opt->v, v, bytes);
+        if (has_master) be->upload(be, t->opt->master, master, bytes);
+        else init_master(t);
         t->opt->t = st->step;
     }
     free(m);
@@ -171,13 +205,14 @@ static void set_layout(loom_trainer *t) {
     t->st.state_files = c->zero == 0 ? t->mesh->world_size / t->dp_size : t->mesh->world_size;
     t->st.bucket_elements = loom_dp_bucket_elements(t->dp);
     t->st.tp = c->tp, t->st.pp = c->pp, t->st.cp = c->cp, t->st.sp = c->sp;
+    t->st.dp_replicate = t->mesh->size[LOOM_AXIS_DP_REPLICATE];
     t->st.virtual_stages = t->schedule ? t->schedule->V : 1;
     t->st.v_shape = t->schedule && t->schedule->v_shape;
 }
 
 static loom_status build(loom_trainer *t, bool *report) {
     const loom_train_config *c = &t->cfg;
-    AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp));
+    AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp, c->dp_replicate > 1 ? c->dp_replicate : 1));
     t->dp_rank = loom_mesh_rank(t->mesh, LOOM_GROUP_DP);
     t->dp_size = loom_mesh_size(t->mesh, LOOM_GROUP_DP);
     t->pp_rank = t->mesh->coord[LOOM_AXIS_PP];
@@ -195,7 +230,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     free(file);
     AGREE(s);
     if (resumed >= 0) AGREE(load_state(t, resumed));
-    else loom_adamw_init_master(t->opt, t->model->params, t->model->num_elements);
+    else init_master(t);
     set_layout(t);
     return LOOM_OK;
 }
@@ -219,6 +254,7 @@ void loom_trainer_free(loom_trainer *t) {
     free(t->targets);
     loom_adamw_free(t->opt);
     loom_dp_free(t->dp);
+    loom_fsdp_free(t->fsdp); // before the model: it detaches the model's views
     loom_pp_free(t->pipe);
     loom_pp_schedule_free(t->schedule);
     loom_tp_free(t->tp);
@@ -229,8 +265,13 @@ void loom_trainer_free(loom_trainer *t) {
 }
 
 void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer) {
-    size_t pbytes = (size_t)t->model->num_elements * loom_dtype_size(t->be->dtype);
+    size_t es = loom_dtype_size(t->be->dtype), units = 0, peak = 0;
+    size_t pbytes = (size_t)t->model->num_elements * es;
     *params_grads = 2 * pbytes;
-    *acts = loom_gpt2_memory_bytes(t->model) - 2 * pbytes;
+    *acts = loom_gpt2_memory_bytes(t->model) - (t->fsdp ? 0 : 2 * pbytes);
+    if (t->fsdp) { // the parameter and gradient shards and the unit buffers
+        loom_fsdp_memory(t->fsdp, &units, &peak);
+        *params_grads = 2 * (size_t)loom_fsdp_shard_elements(t->fsdp) * es + peak;
+    }
     *optimizer = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
 }

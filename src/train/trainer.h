@@ -14,7 +14,8 @@
 //   loss:              the last stage's, averaged over the data-parallel ranks
 //   gradient norm:     summed over data-parallel pieces and model-parallel ranks, each parameter
 //                      once; clipping by it
-//   AdamW on this rank's state, the updated parameters gathered (ZeRO 1/2)
+//   AdamW on this rank's state, the updated parameters gathered (ZeRO 1/2; ZeRO 3 keeps them
+//                      sharded and gathers each unit when it is next used)
 // so a run computes the same mathematics on every mesh (DESIGN principle 2).
 #pragma once
 #include "backend/backend.h"
@@ -24,6 +25,7 @@
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "parallel/data_parallel.h"
+#include "parallel/fsdp.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline.h"
 #include "parallel/tensor_parallel.h"
@@ -36,12 +38,14 @@ typedef struct {
     int batch, seq;          // micro-batch B (sequences) and sequence length T (0: the model's maximum)
     int global_batch;        // sequences per optimizer step over all data-parallel ranks
     int tp, pp, cp;          // mesh degrees (dp is what the world leaves)
+    int dp_replicate;        // hybrid sharding: dp in this many replicas, sharded within each (0 or 1: none)
     const char *pp_schedule; // with pp > 1: parallel/pipeline_schedule.h's names (NULL: "1f1b")
     int virtual_stages;      // stages per rank of the interleaved schedule (0: the schedule's own)
     bool sp;                 // sequence parallelism over the tp ranks
-    int zero;                // ZeRO stage 0, 1, 2
+    int zero;                // ZeRO stage 0, 1, 2, 3
     double bucket_mb;        // gradient bucket size (MiB)
     loom_recompute recompute;
+    bool offload_optimizer;  // AdamW state in host memory, stepped on the host's cores (ZeRO-Offload)
     loom_adamw_config adamw;
     loom_lr_schedule lr;
     uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding
@@ -65,6 +69,7 @@ typedef struct {
     loom_pp *pipe;
     int pp_rank;               // this rank's pipeline stage
     loom_dp *dp;               // data parallelism over the same shard of the other replicas
+    loom_fsdp *fsdp;           // ZeRO 3: the sharded parameters (NULL otherwise)
     loom_adamw *opt;           // over this rank's state
     int dp_rank, dp_size, grad_accum; // grad_accum: micro-batches per rank and step
     loom_train_state st;       // step, data position, layout; resumed or fresh

@@ -26,7 +26,7 @@ static loom_gpt2_config tiny(void) {
 
 static loom_gpt2 *model_split(loom_backend *be, const loom_stage *stage, int slots, bool split) {
     loom_gpt2_config cfg = tiny();
-    loom_gpt2_layout layout = {*stage, 0, 1, false};
+    loom_gpt2_layout layout = {*stage, 0, 1, false, false};
     loom_gpt2 *m;
     LOOM_CHECK(loom_gpt2_create_layout(&m, be, &cfg, &layout) == LOOM_OK);
     loom_gpt2_init(m, 5);

@@ -1,4 +1,4 @@
-// The device mesh under mpirun -np 8: for several (tp, pp, cp) layouts, every rank's
+// The device mesh under mpirun -np 8: for several (tp, pp, cp, dp_replicate) layouts, every rank's
 // coordinates follow rank = (((pp dr + ...) ...) tp-fastest order; every group has the product
 // of its axes' degrees as size; its members (all-gathered coordinates) agree off the group's
 // axes, are all distinct, and are ordered by world rank; groups equal after dropping degree-1
@@ -18,16 +18,18 @@ static const unsigned AXES_OF[LOOM_GROUPS] = {
     [LOOM_GROUP_DP_CP] = 1u << LOOM_AXIS_DP_REPLICATE | 1u << LOOM_AXIS_DP_SHARD | 1u << LOOM_AXIS_CP,
     [LOOM_GROUP_MP] = 1u << LOOM_AXIS_TP | 1u << LOOM_AXIS_PP,
     [LOOM_GROUP_EMBED] = 1u << LOOM_AXIS_PP,
+    [LOOM_GROUP_SHARD] = 1u << LOOM_AXIS_DP_SHARD | 1u << LOOM_AXIS_CP,
+    [LOOM_GROUP_REPLICATE] = 1u << LOOM_AXIS_DP_REPLICATE,
 };
 
-static void check_layout(loom_comm *world, int tp, int pp, int cp) {
+static void check_layout(loom_comm *world, int tp, int pp, int cp, int dr) {
     loom_mesh *m;
-    T_ASSERT(loom_mesh_create(&m, world, tp, pp, cp) == LOOM_OK, "mesh tp %d pp %d cp %d: %s", tp, pp, cp,
-             loom_error_message());
-    int W = loom_comm_size(world), R = loom_comm_rank(world), r = 0;
+    T_ASSERT(loom_mesh_create(&m, world, tp, pp, cp, dr) == LOOM_OK, "mesh tp %d pp %d cp %d dp_replicate %d: %s", tp,
+             pp, cp, dr, loom_error_message());
+    int W = loom_comm_size(world), R = loom_comm_rank(world), r = 0, ds = W / (tp * pp * cp * dr);
     for (int a = 0; a < LOOM_AXES; a++) r = r * m->size[a] + m->coord[a];
-    T_ASSERT(r == R && m->size[LOOM_AXIS_DP_SHARD] == W / (tp * pp * cp) && m->size[LOOM_AXIS_TP] == tp,
-             "coordinates of rank %d", R);
+    T_ASSERT(r == R && m->size[LOOM_AXIS_DP_SHARD] == ds && m->size[LOOM_AXIS_DP_REPLICATE] == dr &&
+             m->size[LOOM_AXIS_TP] == tp, "coordinates of rank %d", R);
     for (int g = 0; g < LOOM_GROUPS; g++) {
         int want = 1;
         for (int a = 0; a < LOOM_AXES; a++)
@@ -53,11 +55,17 @@ static void check_layout(loom_comm *world, int tp, int pp, int cp) {
     }
     T_ASSERT((m->size[LOOM_AXIS_CP] > 1) == (m->host[LOOM_GROUP_DP_CP] != m->host[LOOM_GROUP_DP]),
              "dp_cp shares dp's communicator exactly when cp is 1");
-    int r0 = loom_mesh_replica0(m), want0 = R - (m->coord[LOOM_AXIS_DP_SHARD] * cp * tp);
+    T_ASSERT((dr > 1) == (m->host[LOOM_GROUP_SHARD] != m->host[LOOM_GROUP_DP_CP]),
+             "shard shares dp_cp's communicator exactly when dp_replicate is 1");
+    int dp_i = m->coord[LOOM_AXIS_DP_REPLICATE] * ds + m->coord[LOOM_AXIS_DP_SHARD];
+    int r0 = loom_mesh_replica0(m), want0 = R - dp_i * cp * tp;
     T_ASSERT(r0 == want0, "replica 0 of rank %d is %d, want %d", R, r0, want0);
     char text[96], expect[96];
     loom_mesh_describe(m, text, sizeof text);
-    snprintf(expect, sizeof expect, "pp %d x dp %d x cp %d x tp %d = %d ranks", pp, W / (tp * pp * cp), cp, tp, W);
+    char replicas[48] = "";
+    if (dr > 1) snprintf(replicas, sizeof replicas, " (%d replicas of %d shards)", dr, ds);
+    snprintf(expect, sizeof expect, "pp %d x dp %d%s x cp %d x tp %d = %d ranks", pp, W / (tp * pp * cp), replicas, cp,
+             tp, W);
     T_ASSERT(strcmp(text, expect) == 0, "describe: '%s'", text);
     loom_mesh_free(m);
 }
@@ -65,15 +73,22 @@ static void check_layout(loom_comm *world, int tp, int pp, int cp) {
 int main(int argc, char **argv) {
     loom_comm *world;
     if (loom_comm_world(&argc, &argv, &world) != LOOM_OK) return 1;
-    const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {8, 1, 1}, {2, 2, 1}, {2, 1, 2}, {2, 2, 2}, {1, 2, 2}, {1, 4, 1}, {2, 4, 1}, {1, 8, 1}};
-    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
-        if (loom_comm_size(world) % (layouts[i][0] * layouts[i][1] * layouts[i][2]) == 0)
-            check_layout(world, layouts[i][0], layouts[i][1], layouts[i][2]);
+    // tp, pp, cp, dp_replicate
+    const int layouts[][4] = {{1, 1, 1, 1}, {2, 1, 1, 1}, {4, 1, 1, 1}, {8, 1, 1, 1}, {2, 2, 1, 1}, {2, 1, 2, 1},
+                              {2, 2, 2, 1}, {1, 2, 2, 1}, {1, 4, 1, 1}, {2, 4, 1, 1}, {1, 8, 1, 1}, {1, 1, 1, 2},
+                              {1, 1, 1, 4}, {2, 1, 1, 2}, {1, 2, 1, 2}, {1, 1, 2, 2}, {1, 1, 1, 8}};
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        const int *l = layouts[i];
+        if (loom_comm_size(world) % (l[0] * l[1] * l[2] * l[3]) == 0) check_layout(world, l[0], l[1], l[2], l[3]);
+    }
     loom_mesh *m;
-    T_ASSERT(loom_mesh_create(&m, world, 3, 1, 1) == LOOM_EINVAL && strstr(loom_error_message(), "do not divide into --tp 3"),
+    T_ASSERT(loom_mesh_create(&m, world, 3, 1, 1, 1) == LOOM_EINVAL && strstr(loom_error_message(), "do not divide into --tp 3"),
              "3 does not divide: %s", loom_error_message());
-    T_ASSERT(loom_mesh_create(&m, world, 0, 1, 1) == LOOM_EINVAL && strstr(loom_error_message(), "--tp 0"),
+    T_ASSERT(loom_mesh_create(&m, world, 0, 1, 1, 1) == LOOM_EINVAL && strstr(loom_error_message(), "--tp 0"),
              "degree 0: %s", loom_error_message());
+    T_ASSERT(loom_mesh_create(&m, world, 2, 1, 1, 3) == LOOM_EINVAL &&
+                 strstr(loom_error_message(), "--dp-replicate 3 does not divide"),
+             "replicas that do not divide: %s", loom_error_message());
     printf("rank %d of %d: ", loom_comm_rank(world), loom_comm_size(world));
     int rc = t_done("mesh");
     loom_comm_finalize(world);

@@ -49,3 +49,18 @@ foreach(case parity resume errors)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/pp_tests.sh ${case} $<TARGET_FILE:loom>
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
+# ZeRO 3's parameter + gradient + AdamW bytes per rank against 1/N of one process's + the units in
+# flight, on the backend's counters; `loom train --zero 3` (FSDP) and `--dp-replicate` (HSDP):
+# parity at 1-4 ranks and with tp and pp, resume, errors
+add_executable(test_fsdp ${CMAKE_CURRENT_LIST_DIR}/test_fsdp.c)
+target_compile_options(test_fsdp PRIVATE ${LOOM_WARNINGS})
+target_include_directories(test_fsdp PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(test_fsdp PRIVATE loomlib)
+foreach(np 2 4)
+  loom_mpi_test(fsdp_memory_np${np} ${np} test_fsdp)
+endforeach()
+foreach(case parity resume errors)
+  add_test(NAME fsdp_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fsdp_tests.sh ${case} $<TARGET_FILE:loom>
+                   $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()

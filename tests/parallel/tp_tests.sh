@@ -38,7 +38,7 @@ resume)
   kill_and_resume 4 "${common[@]}"
   grep -q '"tp":\s*2' cut/ckpt_00000003.json && grep -q '"shard":\s*"vocab"' cut/ckpt_00000003.json ||
     fail "metadata lacks the mesh or the shard specs"
-  expect_mpi_error 4 "trained with tp 2 pp 1 cp 1 sp 1, not tp 4" train "${ARGS[@]}" --tp 4 --sp --zero 1 --batch 2 \
+  expect_mpi_error 4 "trained with tp 2 pp 1 cp 1 sp 1 dp_replicate 1, not tp 4" train "${ARGS[@]}" --tp 4 --sp --zero 1 --batch 2 \
     --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-dir cut --resume
   echo "ok: tp 2 x dp 2 --sp ZeRO-1 resume is bit-identical; another mesh is refused"
   ;;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `loom train --zero 3` (FSDP) and `--dp-replicate` (HSDP) on the CPU under mpirun:
+# fsdp_tests.sh CASE LOOM COMPARE FIXTURES
+#   parity:  ZeRO 3 at 2, 3 and 4 ranks (the 3-rank shards padded), HSDP 2 x 2 (ZeRO 3, and
+#            ZeRO 2), ZeRO 3 x tp 2 (--sp), ZeRO 3 x pp 2 x tp 2 on 8 ranks, ZeRO 3 on one rank, the
+#            optimizer offloaded (--offload optimizer) on one rank, with ZeRO 3 and with ZeRO 2 x tp 2:
+#            10 steps of a global batch of 16 sequences (12 on 3 ranks; micro-batches of 2,
+#            accumulated) from a fresh 4-layer model, the loss at every
+#            step and 3 validation losses within 1e-5 relative of the one-process run with the
+#            same global batch, and the final weights (the model file gathered unit by unit)
+#            within 1e-5 relative
+#   resume:  a ZeRO 3 HSDP run on 4 ranks killed and resumed equals the uninterrupted one bit for
+#            bit; resuming with other replicas is refused with one line; the same for a ZeRO 3 run
+#            with the optimizer offloaded
+#   errors:  layouts that cannot work give one error line and every rank exits non-zero, no hang
+set -uo pipefail
+CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
+source "$(dirname "$0")/train_lib.sh"
+ARGS=(--model gpt2-mini --layers 4 --heads 2 --channels 16 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
+      --seq 16 --lr 5e-4 --warmup 2 --threads 1 --val-data "$FIX/gpt2_eval_shard.bin" --val-batches 4 --val-every 5)
+
+# rel_err A B: the worst relative difference of two columns of numbers
+rel_err() {
+  paste <(echo "$1") <(echo "$2") | awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
+    END { printf "%d %.3g", n, w }'
+}
+val_losses() { grep val_loss "$1" | sed 's/.*"val_loss":\([^}]*\)}.*/\1/'; }
+
+# check NAME NP GLOBAL FLAGS...: the run's 10 losses, 3 validation losses and final weights
+# against the one-process run with global batch GLOBAL (ref_GLOBAL)
+check() {
+  local name=$1 np=$2 g=$3; shift 3
+  rtrain "$np" "$@" --batch 2 --global-batch "$g" --steps 10 --bucket-mb 0.01 --ckpt-dir "$name" \
+    --metrics "$name.jsonl" >"$name.txt" 2>&1 || fail "$name: $(tail -3 "$name.txt")"
+  local l v
+  l=$(rel_err "$(losses "$name.jsonl")" "$(losses "ref_$g.jsonl")")
+  v=$(rel_err "$(val_losses "$name.jsonl")" "$(val_losses "ref_$g.jsonl")")
+  [ "${l%% *}" -eq 10 ] && awk -v w="${l##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: losses (count, rel err) $l"
+  [ "${v%% *}" -eq 3 ] && awk -v w="${v##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: validation losses $v"
+  err=$("$COMPARE" "$name/model_00000010.bin" "ref_$g/model_00000010.bin" 1e-5) || fail "$name: weights vs one process: $err"
+  echo "ok: $name: 10 losses within ${l##* }, 3 validations within ${v##* }, weights $err"
+}
+
+case $CASE in
+parity)
+  for g in 12 16; do
+    train --batch 2 --global-batch $g --steps 10 --ckpt-dir ref_$g --metrics ref_$g.jsonl >/dev/null 2>&1 || fail "one-process run"
+  done
+  grep -q "ZeRO 3 (FSDP): 6 units sharded over 2 ranks" <(rtrain 2 --zero 3 --batch 2 --steps 1 2>&1) ||
+    fail "the configuration does not name the 6 units (embeddings, 4 blocks, final norm)"
+  check zero3-np1 1 16 --zero 3
+  check zero3-np2 2 16 --zero 3
+  check zero3-np3 3 12 --zero 3
+  check zero3-np4 4 16 --zero 3
+  check hsdp-2x2 4 16 --zero 3 --dp-replicate 2
+  check hsdp-zero2-2x2 4 16 --zero 2 --dp-replicate 2
+  check zero3-tp2 4 16 --zero 3 --tp 2 --sp
+  check zero3-pp2-tp2 8 16 --zero 3 --pp 2 --tp 2 --sp --pp-schedule zb-v
+  check offload-np1 1 16 --offload optimizer
+  check offload-zero3-np2 2 16 --zero 3 --offload optimizer
+  check offload-zero2-tp2 4 16 --zero 2 --tp 2 --offload optimizer
+  grep -q "AdamW in host memory (offloaded)" offload-np1.txt || fail "the configuration does not say the optimizer is offloaded"
+  ;;
+resume)
+  common=(--zero 3 --dp-replicate 2 --batch 2 --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-every 3)
+  kill_and_resume 4 "${common[@]}"
+  grep -q '"dp_replicate":\s*2' cut/ckpt_00000003.json || fail "metadata lacks the replicas"
+  expect_mpi_error 4 "dp_replicate 2, not tp 1 pp 1 cp 1 sp 0 dp_replicate 1" train "${ARGS[@]}" \
+    "${common[@]/--dp-replicate/--seed}" --ckpt-dir cut --resume
+  echo "ok: ZeRO 3 HSDP 2 x 2 resume is bit-identical; other replicas are refused"
+  rm -rf full cut
+  kill_and_resume 2 --zero 3 --offload optimizer --batch 2 --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-every 3
+  echo "ok: ZeRO 3 with the optimizer offloaded resumes bit-identically"
+  ;;
+errors)
+  expect_mpi_error 2 "--zero must be 0, 1, 2 or 3, got 5" train "${ARGS[@]}" --zero 5 --batch 1 --steps 1
+  expect_mpi_error 4 "--dp-replicate 3 does not divide the 4 data-parallel ranks" train "${ARGS[@]}" --zero 3 \
+    --dp-replicate 3 --batch 1 --steps 1
+  expect_mpi_error 2 "--dp-replicate 2 needs a ZeRO stage of 1 or more, got --zero 0" train "${ARGS[@]}" \
+    --dp-replicate 2 --batch 1 --steps 1
+  expect_mpi_error 2 "--dp-replicate must be >= 1, got 0" train "${ARGS[@]}" --dp-replicate 0 --batch 1 --steps 1
+  expect_mpi_error 2 "unknown --offload item 'gpu'" train "${ARGS[@]}" --offload optimizer,gpu --batch 1 --steps 1
+  expect_mpi_error 2 "--offload params is not in this version" train "${ARGS[@]}" --offload params --batch 1 --steps 1
+  expect_mpi_error 1 "offloaded optimizer rounds the parameters to nearest" train "${ARGS[@]}" --offload optimizer \
+    --stochastic-rounding --batch 1 --steps 1
+  ;;
+*) fail "unknown case $CASE" ;;
+esac

@@ -1,0 +1,85 @@
+// ZeRO 3's memory on the backend's byte counters, under mpirun -np N: rank 0 first builds the
+// one-process trainer (ZeRO 0) of an 8-block model and measures its parameter + gradient +
+// AdamW bytes (the backend's bytes in use after creation, less the activations); then every rank
+// builds the ZeRO-3 trainer of the same model and trains 2 steps. Asserts: each rank's peak
+// (less the same activations) is within 10% of 1/N of the one-process figure plus the units in
+// flight, counted from the table: two blocks' gathered parameters and two blocks' gradients, the
+// embedding and final-norm units' parameters and gradients, and one reduced piece of scratch.
+#include "harness.h"
+
+#include "core/rng.h"
+#include "train/trainer.h"
+
+enum { B = 2, T = 16, V = 64 };
+
+static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
+    for (int i = 0; i < B * T; i++) {
+        inputs[i] = (int32_t)loom_rng_below(5, 1, index * B * T + (uint64_t)i, V);
+        targets[i] = (int32_t)loom_rng_below(5, 2, index * B * T + (uint64_t)i, V);
+    }
+}
+
+static loom_train_config config(int zero, int dp) {
+    loom_train_config c = {.batch = B, .seq = T, .global_batch = dp * B, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1,
+                           .zero = zero, .bucket_mb = 25, .seed = 7,
+                           .adamw = {.lr = 5e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                                     .grad_clip = 1.0f},
+                           .lr = {LOOM_LR_CONSTANT, 5e-4f, 5e-4f, 0, 2},
+                           .device = "cpu", .precision = "fp32", .device_comm = "mpi", .threads = 1};
+    LOOM_CHECK(loom_gpt2_config_named("gpt2-mini", &c.model) == LOOM_OK);
+    c.model.num_layers = 8, c.model.channels = 64, c.model.num_heads = 2, c.model.max_seq_len = T;
+    c.model.vocab_size = V, c.model.padded_vocab_size = 128;
+    return c;
+}
+
+// Bytes of a unit's buffer: its layer's elements, padded to a multiple of W.
+static size_t unit_bytes(const loom_param_table *t, int layer, int W, int64_t *piece) {
+    int64_t n = 0;
+    for (int i = 0; i < t->count; i++)
+        if (t->params[i].layer == layer) n += t->params[i].local_numel;
+    *piece = (n + W - 1) / W;
+    return (size_t)(*piece * W) * sizeof(float);
+}
+
+int main(int argc, char **argv) {
+    loom_comm *world, *solo;
+    if (loom_comm_world(&argc, &argv, &world) != LOOM_OK) return 2;
+    int rank = loom_comm_rank(world), W = loom_comm_size(world);
+    LOOM_CHECK(loom_comm_split(world, rank, 0, &solo) == LOOM_OK);
+    loom_trainer *t;
+    bool report;
+    double whole = 0; // the one-process parameter + gradient + AdamW bytes
+    if (rank == 0) {
+        loom_train_config c = config(0, 1);
+        T_ASSERT(loom_trainer_create(&t, solo, &c, &report) == LOOM_OK, "one process: %s", loom_error_message());
+        size_t acts = loom_gpt2_memory_bytes(t->model) - 2 * (size_t)t->model->num_elements * sizeof(float);
+        whole = (double)(t->be->bytes_in_use - acts);
+        loom_trainer_free(t);
+    }
+    loom_broadcast(world, &whole, 1, LOOM_F64, 0, NULL);
+    loom_train_config c = config(3, W);
+    T_ASSERT(loom_trainer_create(&t, world, &c, &report) == LOOM_OK, "ZeRO 3: %s", loom_error_message());
+    for (int s = 0; s < 2; s++) {
+        loom_step_result r;
+        T_ASSERT(loom_train_step(t, random_batch, NULL, &r) == LOOM_OK, "step %d", s);
+    }
+    const loom_param_table *table = &t->model->table;
+    int L = c.model.num_layers;
+    int64_t block_piece, embed_piece, head_piece;
+    size_t block = unit_bytes(table, 0, W, &block_piece), embed = unit_bytes(table, -1, W, &embed_piece),
+           head = unit_bytes(table, L, W, &head_piece);
+    int64_t most = block_piece > embed_piece ? block_piece : embed_piece;
+    double in_flight = (double)(4 * block + 2 * embed + 2 * head) + (double)most * sizeof(float);
+    double want = whole / W + in_flight, got = (double)(t->be->peak_bytes - loom_gpt2_memory_bytes(t->model));
+    T_ASSERT(fabs(got - want) <= 0.10 * want, "rank %d: peak %.0f bytes of parameters, gradients and AdamW, want "
+             "%.0f = %.0f / %d + %.0f in flight (within 10%%)", rank, got, want, whole, W, in_flight);
+    if (rank == 0)
+        printf("ZeRO 3 on %d ranks: %.0f bytes of parameters, gradients and AdamW per rank (one process: %.0f; "
+               "1/%d of it + %.0f in flight = %.0f, off by %.1f%%)\n", W, got, whole, W, in_flight, want,
+               100 * (got - want) / want);
+    loom_trainer_free(t);
+    loom_comm_free(solo);
+    int rc = t_done("fsdp memory");
+    loom_comm_finalize(world);
+    return rc;
+}
