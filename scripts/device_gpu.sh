@@ -7,11 +7,12 @@
 # training benchmarks beside the PyTorch peer (scripts/bench_gpu.sh) and the attention
 # benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), with
 # --tp tensor parallelism's CUDA path with ranks sharing the GPU (scripts/tp_gpu.sh), with --pp
-# pipeline parallelism's (scripts/pp_gpu.sh), and print a summary table last (with --bench,
+# pipeline parallelism's (scripts/pp_gpu.sh), with --fsdp ZeRO 3's and the offloaded optimizer's
+# (scripts/fsdp_gpu.sh), and print a summary table last (with --bench,
 # --tp or --pp, their tables after it).
 # LOOM_SKIP_SANITIZERS=1 leaves out the compute-sanitizer steps.
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
-#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --build-only]
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --fsdp | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -109,6 +110,10 @@ if [ "${1:-}" = "--pp" ]; then
     OUTDIR=${OUT:-/tmp}
     step "pipeline parallel on the GPU" sh -c "bash '$ROOT/scripts/pp_gpu.sh' > '$OUTDIR/pp_gpu.txt' 2>&1" || failed=1
 fi
+if [ "${1:-}" = "--fsdp" ]; then
+    OUTDIR=${OUT:-/tmp}
+    step "ZeRO 3 / offload on the GPU" sh -c "bash '$ROOT/scripts/fsdp_gpu.sh' > '$OUTDIR/fsdp_gpu.txt' 2>&1" || failed=1
+fi
 if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
     step "bench gpt2 (loom, pytorch)" sh -c "bash '$ROOT/scripts/bench_gpu.sh' | tee '$OUTDIR/bench_gpt2.md'" || failed=1
@@ -117,7 +122,7 @@ if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GP
         failed=1
 fi
 summary
-if [ "${1:-}" = "--tp" ] || [ "${1:-}" = "--pp" ]; then
+if [ "${1:-}" = "--tp" ] || [ "${1:-}" = "--pp" ] || [ "${1:-}" = "--fsdp" ]; then
     echo; sed -n '/^| check/,$p' "$OUTDIR/${1#--}_gpu.txt"
 fi
 if [ "${1:-}" = "--bench" ]; then

@@ -1,4 +1,4 @@
-# Shared by scripts/tp_gpu.sh and scripts/pp_gpu.sh (sourced, with NAME set): build-gpu's loom,
+# Shared by scripts/tp_gpu.sh, scripts/pp_gpu.sh and scripts/fsdp_gpu.sh (sourced, with NAME set): build-gpu's loom,
 # the fixtures, a scratch folder, mpirun with ranks sharing the GPU, and the table of checks.
 set -u
 cd "$(dirname "$0")/.."
@@ -15,6 +15,33 @@ losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 # worst RUN REF: the largest loss difference of metrics file RUN from REF's, and RUN's last loss
 worst() { paste <(losses "$1") <(losses "$2") |
           awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }
+# fp32_vs_cpu "NP FLAGS"...: `loom train "${ARGS[@]}"` in one CPU process (one thread), then
+# with each layout's NP ranks sharing the GPU in fp32 (collectives staged over MPI): a row each
+# with the largest relative loss difference from the CPU run (bound 1e-5); the pipeline report
+# lines of each log are echoed
+fp32_vs_cpu() {
+    local np flags name result
+    "$LOOM" train "${ARGS[@]}" --device cpu --threads 1 --metrics "$WORK/cpu.jsonl" >"$WORK/cpu.log" 2>&1 ||
+        { failed=1; row "fp32 reference" "FAIL: the CPU run: $(tail -1 "$WORK/cpu.log")"; }
+    for layout in "$@"; do
+        read -r np flags <<<"$layout"
+        name=$(echo "$np$flags" | tr -d ' -')
+        # shellcheck disable=SC2086
+        if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision fp32 \
+            --device-comm mpi --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+            result=$(paste <(losses "$WORK/$name.jsonl") <(losses "$WORK/cpu.jsonl") |
+                awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
+                     END { printf "%d steps, max rel loss err %.3g", n, w }')
+            awk -v w="${result##* }" 'BEGIN { exit !(w <= 1e-5) }' || { failed=1; result="FAIL $result"; }
+            row "fp32 cuda vs cpu, $np ranks $flags" "$result"
+        else
+            failed=1
+            row "fp32 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
+        fi
+        grep -E "pipeline|rank [0-9]:" "$WORK/$name.log"
+    done
+}
+
 # bf16_curves G "NP FLAGS"...: gpt2-mini 50 steps (fixture shard, B=4 T=64, global batch G) on the
 # CPU in fp32, then in bf16 on one GPU and with each layout's NP ranks sharing the GPU: a row with
 # each one's largest loss difference from the fp32 CPU run (one GPU's is the bf16 noise the others

@@ -10,30 +10,12 @@
 # Prints a table last. Exit 1 when a check failed.
 NAME=pp_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
-rel() { paste <(losses "$1") <(losses "$2") |
-        awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ } END { printf "%d steps, max rel loss err %.3g", n, w }'; }
 
 # 1. fp32 on the GPU against the CPU
 ARGS=(--model gpt2-mini --layers 8 --heads 2 --channels 16 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
       --seq 16 --lr 5e-4 --warmup 2 --batch 2 --global-batch 16 --steps 10)
-"$LOOM" train "${ARGS[@]}" --device cpu --threads 1 --metrics "$WORK/cpu.jsonl" >"$WORK/cpu.log" 2>&1 ||
-    { failed=1; row "fp32 reference" "FAIL: the CPU run: $(tail -1 "$WORK/cpu.log")"; }
-for layout in "2 --pp 2 --pp-schedule 1f1b" "2 --pp 2 --pp-schedule zb-v" "4 --pp 4 --pp-schedule 1f1b" \
-              "4 --pp 4 --pp-schedule zb-v" "4 --pp 4 --pp-schedule dualpipev" "4 --pp 2 --tp 2 --sp --pp-schedule 1f1b"; do
-    read -r np flags <<<"$layout"
-    name=$(echo "$np$flags" | tr -d ' -')
-    # shellcheck disable=SC2086
-    if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision fp32 --device-comm mpi \
-        --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
-        result=$(rel "$WORK/$name.jsonl" "$WORK/cpu.jsonl")
-        awk -v w="${result##* }" 'BEGIN { exit !(w <= 1e-5) }' || { failed=1; result="FAIL $result"; }
-        row "fp32 cuda vs cpu, $np ranks $flags" "$result"
-    else
-        failed=1
-        row "fp32 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
-    fi
-    grep -E "pipeline|rank [0-9]:" "$WORK/$name.log"
-done
+fp32_vs_cpu "2 --pp 2 --pp-schedule 1f1b" "2 --pp 2 --pp-schedule zb-v" "4 --pp 4 --pp-schedule 1f1b" \
+    "4 --pp 4 --pp-schedule zb-v" "4 --pp 4 --pp-schedule dualpipev" "4 --pp 2 --tp 2 --sp --pp-schedule 1f1b"
 
 # 2. bf16 loss curves against the fp32 CPU run
 bf16_curves 16 "2 --pp 2 --pp-schedule zb-v"

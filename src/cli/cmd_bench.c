@@ -175,6 +175,13 @@ int loom_cmd_bench(int argc, char **argv) {
               (fb - fwd) * 1e3, op * 1e3, (double)n / step, flops / step / 1e9, mm / 1e9, 100.0 * flops / step / mm);
     if (peak_tflops > 0) loom_info(" %4.1f%% |", 100.0 * flops / step / (peak_tflops * 1e12));
     loom_info(" %s |\n", peak);
+    size_t pg, acts, opt;
+    loom_trainer_memory(t, &pg, &acts, &opt);
+    char planned[32];
+    cli_human_bytes(planned, sizeof planned, (double)(pg + acts + (c.offload_optimizer ? 0 : opt)));
+    loom_info("memory plan per rank: %s on the %s (%.0f MiB params+grads, %.0f MiB activations, %.0f MiB AdamW%s); "
+              "measured peak %s\n", planned, be->name, pg / 1048576.0, acts / 1048576.0, opt / 1048576.0,
+              c.offload_optimizer ? " in host memory" : "", peak);
     loom_trainer_free(t);
     loom_comm_finalize(world);
     return 0;

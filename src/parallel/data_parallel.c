@@ -148,6 +148,16 @@ const loom_param_slice *loom_dp_slices(const loom_dp *dp, int *nslices) {
 }
 int64_t loom_dp_state_elements(const loom_dp *dp) { return dp->zero == 0 ? dp->num_elements : dp->shard_n; }
 int loom_dp_num_buckets(const loom_dp *dp) { return dp->nbuckets; }
+
+size_t loom_dp_memory_bytes(const loom_dp *dp) {
+    if (!dp->reduces) return 0;
+    int64_t most = 0;
+    for (int b = 0; b < dp->nbuckets; b++) most = dp->buckets[b].piece > most ? dp->buckets[b].piece : most;
+    const bucket *last = &dp->buckets[dp->nbuckets - 1];
+    int64_t n = dp->shard_n + (dp->zero == 3 ? most : dp->zero == 2 ? dp->shard_n : 0) +
+                (last->staged ? last->piece * dp->W : 0);
+    return (size_t)n * dp->es;
+}
 int64_t loom_dp_bucket_elements(const loom_dp *dp) { return dp->buckets[0].len; }
 
 bool loom_dp_syncs(const loom_dp *dp, int a, int A) {

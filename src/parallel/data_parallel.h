@@ -56,6 +56,8 @@ void loom_dp_free(loom_dp *dp);
 const loom_param_slice *loom_dp_slices(const loom_dp *dp, int *nslices);
 int64_t loom_dp_state_elements(const loom_dp *dp);
 int loom_dp_num_buckets(const loom_dp *dp);
+// Bytes of the backend's memory it holds: the gradient shard, its scratch and staging buffers.
+size_t loom_dp_memory_bytes(const loom_dp *dp);
 int64_t loom_dp_bucket_elements(const loom_dp *dp); // the bucket length before the last
 // Whether the gradients are reduced after micro-batch a of A (zero 2 with several ranks, zero 3:
 // every micro-batch; else the last), i.e. whether the buffer then holds this micro-batch's only.

@@ -267,11 +267,11 @@ void loom_trainer_free(loom_trainer *t) {
 void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer) {
     size_t es = loom_dtype_size(t->be->dtype), units = 0, peak = 0;
     size_t pbytes = (size_t)t->model->num_elements * es;
-    *params_grads = 2 * pbytes;
+    *params_grads = 2 * pbytes + loom_dp_memory_bytes(t->dp); // the model's, then the gradient shard's
     *acts = loom_gpt2_memory_bytes(t->model) - (t->fsdp ? 0 : 2 * pbytes);
-    if (t->fsdp) { // the parameter and gradient shards and the unit buffers
+    if (t->fsdp) { // the parameter shard and the unit buffers instead of the model's
         loom_fsdp_memory(t->fsdp, &units, &peak);
-        *params_grads = 2 * (size_t)loom_fsdp_shard_elements(t->fsdp) * es + peak;
+        *params_grads = (size_t)loom_fsdp_shard_elements(t->fsdp) * es + peak + loom_dp_memory_bytes(t->dp);
     }
     *optimizer = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
 }

@@ -112,5 +112,6 @@ loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int
 // rank that should print).
 loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report);
 
-// Memory per rank in bytes: parameters + gradients, activations, optimizer state.
+// Memory per rank in bytes: parameters + gradients (with data parallelism's gradient shard and
+// ZeRO 3's unit buffers), activations, optimizer state (in host memory when offloaded).
 void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer);
