@@ -29,6 +29,7 @@ struct loom_dp {
     bucket *buckets;
     int nbuckets;
     int64_t num_elements, shard_n;
+    int64_t scratch_n, staging_n; // elements of the scratch and staging buffers (0: none)
     void *grads;              // the model's full gradient buffer (ZeRO 0-2)
     loom_dp_units units;      // ZeRO 3: the owner of each unit's gradient buffer
     void *shard, *scratch;    // (shard_n) reduced pieces; zero 2: one micro-batch's before accumulation
@@ -117,11 +118,12 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
     make_slices(dp);
     if (dp->reduces) {
         const bucket *last = &dp->buckets[dp->nbuckets - 1];
-        int64_t scratch = zero == 3 ? most : zero == 2 ? dp->shard_n : 0;
+        dp->scratch_n = zero == 3 ? most : zero == 2 ? dp->shard_n : 0;
+        dp->staging_n = last->staged ? last->piece * W : 0;
         dp->shard = be->alloc(be, (size_t)dp->shard_n * dp->es);
-        dp->scratch = scratch ? be->alloc(be, (size_t)scratch * dp->es) : NULL;
-        dp->staging = last->staged ? be->alloc(be, (size_t)(last->piece * W) * dp->es) : NULL;
-        if (!dp->shard || (scratch && !dp->scratch) || (last->staged && !dp->staging)) {
+        dp->scratch = dp->scratch_n ? be->alloc(be, (size_t)dp->scratch_n * dp->es) : NULL;
+        dp->staging = dp->staging_n ? be->alloc(be, (size_t)dp->staging_n * dp->es) : NULL;
+        if (!dp->shard || (dp->scratch_n && !dp->scratch) || (dp->staging_n && !dp->staging)) {
             long long n = (long long)dp->shard_n;
             loom_dp_free(dp);
             return loom_fail(LOOM_ENOMEM, "use a higher --zero stage or fewer parameters",
@@ -150,13 +152,7 @@ int64_t loom_dp_state_elements(const loom_dp *dp) { return dp->zero == 0 ? dp->n
 int loom_dp_num_buckets(const loom_dp *dp) { return dp->nbuckets; }
 
 size_t loom_dp_memory_bytes(const loom_dp *dp) {
-    if (!dp->reduces) return 0;
-    int64_t most = 0;
-    for (int b = 0; b < dp->nbuckets; b++) most = dp->buckets[b].piece > most ? dp->buckets[b].piece : most;
-    const bucket *last = &dp->buckets[dp->nbuckets - 1];
-    int64_t n = dp->shard_n + (dp->zero == 3 ? most : dp->zero == 2 ? dp->shard_n : 0) +
-                (last->staged ? last->piece * dp->W : 0);
-    return (size_t)n * dp->es;
+    return dp->reduces ? (size_t)(dp->shard_n + dp->scratch_n + dp->staging_n) * dp->es : 0;
 }
 int64_t loom_dp_bucket_elements(const loom_dp *dp) { return dp->buckets[0].len; }
 

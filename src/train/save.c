@@ -18,15 +18,19 @@ static loom_status same_over(loom_trainer *t, loom_comm *c, double value, const 
     return s;
 }
 
-// Sum of squares of this rank's parameters (host fp32, table order), of the replicated tensors
-// only or of all, in a fixed order.
+// Sum of squares of tensor p of this rank's parameters (host fp32, table order), in order.
+static double tensor_sumsq(const loom_param *p, const float *flat) {
+    double total = 0;
+    for (int64_t k = 0; k < p->local_numel; k++) total += (double)flat[p->offset + k] * flat[p->offset + k];
+    return total;
+}
+
+// The same over the table's tensors: the replicated ones only or all, in table order.
 static double sumsq(const loom_param_table *table, const float *flat, bool replicated_only) {
     double total = 0;
-    for (int i = 0; i < table->count; i++) {
-        const loom_param *p = &table->params[i];
-        if (replicated_only && p->shard.kind != LOOM_SHARD_REPLICATED) continue;
-        for (int64_t k = 0; k < p->local_numel; k++) total += (double)flat[p->offset + k] * flat[p->offset + k];
-    }
+    for (int i = 0; i < table->count; i++)
+        if (!replicated_only || table->params[i].shard.kind == LOOM_SHARD_REPLICATED)
+            total += tensor_sumsq(&table->params[i], flat);
     return total;
 }
 
@@ -38,10 +42,7 @@ static loom_status check_replicas(loom_trainer *t, const float *flat) {
     LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP], sumsq(&m->table, flat, false), "parameters"));
     LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(&m->table, flat, true), "replicated tensors"));
     if (m->layout.stage.embed == m->layout.stage.head) return LOOM_OK;
-    const loom_param *wte = &m->table.params[m->wte];
-    double sq = 0;
-    for (int64_t k = 0; k < wte->local_numel; k++) sq += (double)flat[wte->offset + k] * flat[wte->offset + k];
-    return same_over(t, t->mesh->host[LOOM_GROUP_EMBED], sq, "tied embeddings");
+    return same_over(t, t->mesh->host[LOOM_GROUP_EMBED], tensor_sumsq(&m->table.params[m->wte], flat), "tied embeddings");
 }
 
 // The parameter table of model-parallel rank r (tp x pp, tp fastest) of this trainer's mesh.

@@ -19,13 +19,6 @@ source "$(dirname "$0")/train_lib.sh"
 ARGS=(--model gpt2-mini --layers 4 --heads 2 --channels 16 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
       --seq 16 --lr 5e-4 --warmup 2 --threads 1 --val-data "$FIX/gpt2_eval_shard.bin" --val-batches 4 --val-every 5)
 
-# rel_err A B: the worst relative difference of two columns of numbers
-rel_err() {
-  paste <(echo "$1") <(echo "$2") | awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
-    END { printf "%d %.3g", n, w }'
-}
-val_losses() { grep val_loss "$1" | sed 's/.*"val_loss":\([^}]*\)}.*/\1/'; }
-
 # check NAME NP GLOBAL FLAGS...: the run's 10 losses, 3 validation losses and final weights
 # against the one-process run with global batch GLOBAL (ref_GLOBAL)
 check() {

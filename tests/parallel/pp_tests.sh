@@ -21,12 +21,10 @@ check() {
   rtrain "$np" "$@" --batch 2 --global-batch 16 --steps 10 --bucket-mb 0.01 --ckpt-dir "$name" \
     --metrics "$name.jsonl" >"$name.txt" 2>&1 || fail "$name: $(tail -3 "$name.txt")"
   [ "$(losses "$name.jsonl" | wc -l)" -eq 10 ] || fail "$name: not 10 steps"
-  worst=$(paste <(losses "$name.jsonl") <(losses ref.jsonl) |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e } END { printf "%.3g", w }')
+  worst=$(rel_err "$(losses "$name.jsonl")" "$(losses ref.jsonl)")
+  worst=${worst##* }
   awk -v w="$worst" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: loss rel err $worst > 1e-5"
-  vals=$(paste <(grep val_loss "$name.jsonl" | sed 's/.*"val_loss":\([^}]*\)}.*/\1/') \
-               <(grep val_loss ref.jsonl | sed 's/.*"val_loss":\([^}]*\)}.*/\1/') |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ } END { printf "%d %.3g", n, w }')
+  vals=$(rel_err "$(val_losses "$name.jsonl")" "$(val_losses ref.jsonl)")
   [ "${vals%% *}" -eq 3 ] && awk -v w="${vals##* }" 'BEGIN { exit !(w <= 1e-5) }' ||
     fail "$name: validation losses (count, rel err) $vals"
   err=$("$COMPARE" "$name/model_00000010.bin" ref/model_00000010.bin 1e-5) || fail "$name: weights vs one process: $err"

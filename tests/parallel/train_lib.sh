@@ -1,4 +1,4 @@
-# Shared by dp_tests.sh, tp_tests.sh and pp_tests.sh (sourced, with CASE LOOM FIX set): a scratch folder,
+# Shared by dp_tests.sh, tp_tests.sh, pp_tests.sh and fsdp_tests.sh (sourced, with CASE LOOM FIX set): a scratch folder,
 # failure reporting, mpirun as CI runs it, `loom train` on the fixture model and shard, and the
 # kill-and-resume check.
 WORK=$(mktemp -d /tmp/loom_parallel_XXXXXX)
@@ -13,6 +13,12 @@ run() { local np=$1; shift; timeout 120 mpirun -np "$np" --oversubscribe "$LOOM"
 train() { "$LOOM" train "${ARGS[@]}" "$@"; }
 rtrain() { local np=$1; shift; run "$np" train "${ARGS[@]}" "$@"; }
 losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+val_losses() { grep val_loss "$1" | sed 's/.*"val_loss":\([^}]*\)}.*/\1/'; }
+# rel_err A B: "COUNT WORST" of two columns of numbers (A against B: |a - b| / b)
+rel_err() {
+  paste <(echo "$1") <(echo "$2") | awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
+    END { printf "%d %.3g", n, w }'
+}
 # expect_mpi_error NP WANT ARGS...: `loom ARGS` on NP ranks exits non-zero with loom's error line
 # exactly once, containing WANT, and does not hang
 expect_mpi_error() {
