@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +46,16 @@ static const char *NUMBERS[] = {"step", "world_size", "zero", "state_files", "bu
 enum { NNUMBERS = sizeof NUMBERS / sizeof NUMBERS[0], NREQUIRED = 14 };
 // the numbers that came later, when absent: the pipeline's two and hybrid sharding's replicas
 static const double LATER_DEFAULTS[NNUMBERS - NREQUIRED] = {1, 0, 1};
+// The range of each number, in the order of NUMBERS (integers but train_loss)
+enum { TRAIN_LOSS = 9 };
+static const double NUMBER_RANGE[NNUMBERS][2] = {
+    {0, 0x1p53}, {1, INT_MAX}, {0, 3}, {1, INT_MAX}, {0, 0x1p53}, {1, INT_MAX}, {1, INT_MAX}, {1, INT_MAX},
+    {0, 0x1p53}, {-INFINITY, INFINITY}, {1, INT_MAX}, {1, INT_MAX}, {1, INT_MAX}, {0, 1}, {1, INT_MAX}, {0, 1},
+    {1, INT_MAX}};
+static const char *DAMAGED = "the checkpoint metadata is damaged; resume from an older step";
+static bool number_ok(int i, double x) {
+    return isfinite(x) && x >= NUMBER_RANGE[i][0] && x <= NUMBER_RANGE[i][1] && (i == TRAIN_LOSS || x == floor(x));
+}
 
 static void state_numbers(const loom_train_state *st, double v[NNUMBERS]) {
     const double vals[NNUMBERS] = {(double)st->step, st->world_size, st->zero, st->state_files,
@@ -145,6 +157,12 @@ loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state 
         else if (!cJSON_IsNumber(it))
             s = loom_fail(LOOM_EFORMAT, "was it written by an older loom?", "checkpoint metadata %s lacks the number '%s'",
                           path, NUMBERS[i]);
+        else if (!number_ok(i, it->valuedouble))
+            s = i == TRAIN_LOSS
+                    ? loom_fail(LOOM_EFORMAT, DAMAGED, "checkpoint metadata %s: 'train_loss' is %g, not a finite number",
+                                path, it->valuedouble)
+                    : loom_fail(LOOM_EFORMAT, DAMAGED, "checkpoint metadata %s: '%s' is %.17g, not an integer in [%.0f, %.0f]",
+                                path, NUMBERS[i], it->valuedouble, NUMBER_RANGE[i][0], NUMBER_RANGE[i][1]);
         else
             v[i] = it->valuedouble;
     }

@@ -21,6 +21,14 @@ static loom_status read_params(FILE *f, const char *path, int version, float *pa
     return LOOM_OK;
 }
 
+// The element count of the header's config, in double: header dims up to 2^31 each overflow
+// int64 (12 L C^2) but not this, which is exact for any file that can exist (< 2^53 elements).
+// loom_gpt2_file_elements gives the same count in int64 once the file size has matched it.
+static double header_elements(const loom_gpt2_config *c) {
+    double C = c->channels, L = c->num_layers;
+    return ((double)c->padded_vocab_size + c->max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
 loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **params, int64_t *n) {
     *params = NULL;
     *n = 0;
@@ -47,14 +55,14 @@ loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **para
             s = loom_fail(LOOM_EFORMAT, hint, "model file %s: invalid header: %s", path,
                           loom_error_message());
         } else {
-            int64_t count = loom_gpt2_file_elements(cfg);
-            int64_t es = h[1] == LOOM_LLMC_FP32 ? 4 : 2, want = 1024 + count * es;
-            if ((int64_t)st.st_size != want) {
+            double elements = header_elements(cfg), want = 1024 + elements * (h[1] == LOOM_LLMC_FP32 ? 4 : 2);
+            if ((double)st.st_size != want) {
                 s = loom_fail(LOOM_EFORMAT, "the file is truncated or its header is wrong",
-                              "model file %s: header describes %lld parameters (%lld bytes) but the "
+                              "model file %s: header describes %.0f parameters (%.0f bytes) but the "
                               "file holds %lld bytes",
-                              path, (long long)count, (long long)want, (long long)st.st_size);
+                              path, elements, want, (long long)st.st_size);
             } else {
+                int64_t count = loom_gpt2_file_elements(cfg);
                 *params = malloc((size_t)count * sizeof(float));
                 if (!*params)
                     s = loom_fail(LOOM_ENOMEM, NULL, "cannot allocate %lld parameters", (long long)count);

@@ -1,6 +1,7 @@
 #include "cli/flags.h"
 
 #include <errno.h>
+#include <float.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -31,6 +32,10 @@ static loom_status parse_value(const loom_cli *cli, const loom_flag *f, const ch
         if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
             return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is not a finite number", f->name,
                              text);
+        // a float holds magnitudes up to FLT_MAX (beyond: inf) and down to FLT_TRUE_MIN (below: 0)
+        if (fabs(v) > FLT_MAX || (v != 0 && fabs(v) < FLT_TRUE_MIN))
+            return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is outside the range of a float (%g to %g)",
+                             f->name, text, (double)FLT_TRUE_MIN, (double)FLT_MAX);
         *(float *)f->dst = (float)v;
         return LOOM_OK;
     }
@@ -53,7 +58,9 @@ loom_status loom_flags_parse(const loom_cli *cli, int argc, char **argv, bool *h
     }
     opts[cli->nflags] = (struct option){"help", no_argument, NULL, 'h'};
     opterr = 0;
-    optind = 1;
+    // 0, not 1: glibc then resets all of getopt's state, including the position inside a
+    // cluster of short options ("-hx") that an earlier call left (and whose argv may be gone)
+    optind = 0;
     loom_status st = LOOM_OK;
     for (;;) {
         int li = -1;
@@ -64,9 +71,10 @@ loom_status loom_flags_parse(const loom_cli *cli, int argc, char **argv, bool *h
             *help = true;
             break;
         }
-        if (c == '?') {
-            st = loom_fail(LOOM_EINVAL, hint, "unknown flag '%s' for 'loom %s'", argv[optind - 1],
-                           cli->command);
+        if (c == '?') { // optopt: the unknown letter of a short option, which may sit in a cluster ("-xq")
+            char letter[3] = {'-', (char)optopt, '\0'};
+            st = loom_fail(LOOM_EINVAL, hint, "unknown flag '%s' for 'loom %s'",
+                           optopt ? letter : argv[optind - 1], cli->command);
             break;
         }
         if (c == ':') {

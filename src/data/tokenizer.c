@@ -21,6 +21,8 @@ struct loom_encoder {
     cache_entry *cache;
     size_t cache_count;
     uint32_t *sym_start, *sym_len; // symbols of the word being merged: byte ranges
+    int32_t *sym_rank;             // rank of the pair (symbol i, symbol i+1), or -1
+    bool *sym_merged;              // whether symbol i was made by the last round's merges
     size_t sym_cap;
     char *key;                     // scratch for "a,b" merge keys
     size_t key_cap;
@@ -54,6 +56,8 @@ void loom_encoder_free(loom_encoder *e) {
     pcre2_jit_stack_free(e->jit_stack);
     free(e->sym_start);
     free(e->sym_len);
+    free(e->sym_rank);
+    free(e->sym_merged);
     free(e->key);
     free(e);
 }
@@ -81,39 +85,48 @@ static bool same_symbol(const char *w, uint32_t s1, uint32_t l1, uint32_t s2, ui
 }
 
 // BPE of one pre-token w[0, n): repeatedly merge every occurrence of the lowest-ranked pair
-// (the last such pair when keys tie, as the reference does). Appends the ids.
+// (the last such pair when keys tie, as the reference does). Appends the ids. Each pair's rank
+// is looked up once and kept while both its symbols stay as they are, so a round costs one scan
+// of integers plus look-ups for the pairs next to its merges, not a look-up per pair (a long
+// word, e.g. a base64 blob, was quadratic in hash look-ups).
 static loom_status bpe_word(loom_encoder *e, const char *w, uint32_t n, int32_t **ids, size_t *nids,
                             size_t *cap) {
     if (n > e->sym_cap) {
         e->sym_cap = 2 * (size_t)n;
         e->sym_start = realloc(e->sym_start, e->sym_cap * sizeof(uint32_t));
         e->sym_len = realloc(e->sym_len, e->sym_cap * sizeof(uint32_t));
+        e->sym_rank = realloc(e->sym_rank, e->sym_cap * sizeof(int32_t));
+        e->sym_merged = realloc(e->sym_merged, e->sym_cap * sizeof(bool));
         e->key = realloc(e->key, e->sym_cap + 1);
-        LOOM_CHECK(e->sym_start && e->sym_len && e->key);
+        LOOM_CHECK(e->sym_start && e->sym_len && e->sym_rank && e->sym_merged && e->key);
     }
     uint32_t *st = e->sym_start, *ln = e->sym_len, nsym = n;
+    int32_t *rk = e->sym_rank;
+    bool *merged = e->sym_merged;
     for (uint32_t i = 0; i < n; i++) st[i] = i, ln[i] = 1;
+    for (uint32_t i = 0; i + 1 < n; i++) rk[i] = pair_rank(e, w, i);
     while (nsym > 1) {
         int32_t best_rank = INT32_MAX;
         int64_t best = -1;
-        for (uint32_t i = 0; i + 1 < nsym; i++) {
-            int32_t r = pair_rank(e, w, i);
-            if (r >= 0 && r <= best_rank) best_rank = r, best = i;
-        }
+        for (uint32_t i = 0; i + 1 < nsym; i++)
+            if (rk[i] >= 0 && rk[i] <= best_rank) best_rank = rk[i], best = i;
         if (best < 0) break;
         uint32_t fs = st[best], fl = ln[best], ss = st[best + 1], sl = ln[best + 1];
         uint32_t j = 0;
-        for (uint32_t i = 0; i < nsym; j++) {
+        for (uint32_t i = 0; i < nsym; j++) { // in place: j <= i, and rk[i] is read before rk[j] is kept
             if (i + 1 < nsym && same_symbol(w, st[i], ln[i], fs, fl) &&
                 same_symbol(w, st[i + 1], ln[i + 1], ss, sl)) {
-                st[j] = st[i], ln[j] = ln[i] + ln[i + 1];
+                st[j] = st[i], ln[j] = ln[i] + ln[i + 1], merged[j] = true;
                 i += 2;
             } else {
-                st[j] = st[i], ln[j] = ln[i];
+                st[j] = st[i], ln[j] = ln[i], merged[j] = false;
+                rk[j] = i + 1 < nsym ? rk[i] : -1; // the pair with the symbol after it, if that stays
                 i++;
             }
         }
         nsym = j;
+        for (uint32_t k = 0; k + 1 < nsym; k++) // pairs touching a merged symbol are new
+            if (merged[k] || merged[k + 1]) rk[k] = pair_rank(e, w, k);
     }
     for (uint32_t i = 0; i < nsym; i++) {
         int32_t id = tok_lookup(e->tok->vocab, w + st[i], ln[i]);
