@@ -45,6 +45,7 @@ struct loom_backend {
     const char *name;  // "cpu" or "cuda"
     loom_dtype dtype;  // dtype of parameters, activations and their gradients
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
+    size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
     // layer's logits): large enough for the device's matmuls to run at full rate, small enough
     // to bound memory (32 MiB on the CPU, 512 MiB on a GPU).
@@ -61,6 +62,18 @@ struct loom_backend {
     void (*zero)(loom_backend *be, void *p, size_t bytes);
     void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes); // within this backend's memory
     void (*synchronize)(loom_backend *be);
+    // Host memory for what is offloaded (optimizer state, parameter shards, activations):
+    // page-locked on a GPU (cudaMallocHost), so copies run asynchronously at the bus's full rate;
+    // ordinary memory on the CPU. Zero-filled; NULL when out of memory.
+    void *(*host_alloc)(loom_backend *be, size_t bytes);
+    void (*host_free)(loom_backend *be, void *p);
+    // A copy between host_alloc memory and this backend's memory (to_host: src is the backend's)
+    // on a side stream, after every op issued so far (it reads what they wrote and overwrites
+    // nothing they still read), overlapping the ops issued after it. Returns a ticket:
+    // copy_wait(be, ticket) makes the ops issued after the call wait for that copy and every
+    // copy before it. On the CPU the copy is made at once and the ticket is 0.
+    uint64_t (*copy_async)(loom_backend *be, void *dst, const void *src, size_t bytes, bool to_host);
+    void (*copy_wait)(loom_backend *be, uint64_t ticket);
     // Profiler ranges (NVTX on CUDA, so an Nsight Systems trace shows forward, backward, each
     // block and the optimizer); nestable; NULL where there is no profiler.
     void (*range_push)(loom_backend *be, const char *name);

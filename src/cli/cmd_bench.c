@@ -122,7 +122,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"warmup", FLAG_INT, &warmup, "untimed steps first"},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: 989 dense bf16 on a GPU, none on the cpu)"},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
-        {"offload", FLAG_STR, &offload, "what lives in host memory: optimizer (AdamW on the CPU cores)"},
+        {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)"},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
         {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks"},
@@ -175,13 +175,15 @@ int loom_cmd_bench(int argc, char **argv) {
               (fb - fwd) * 1e3, op * 1e3, (double)n / step, flops / step / 1e9, mm / 1e9, 100.0 * flops / step / mm);
     if (peak_tflops > 0) loom_info(" %4.1f%% |", 100.0 * flops / step / (peak_tflops * 1e12));
     loom_info(" %s |\n", peak);
-    size_t pg, acts, opt;
-    loom_trainer_memory(t, &pg, &acts, &opt);
-    char planned[32];
-    cli_human_bytes(planned, sizeof planned, (double)(pg + acts + (c.offload_optimizer ? 0 : opt)));
-    loom_info("memory plan per rank: %s on the %s (%.0f MiB params+grads, %.0f MiB activations, %.0f MiB AdamW%s); "
-              "measured peak %s\n", planned, be->name, pg / 1048576.0, acts / 1048576.0, opt / 1048576.0,
-              c.offload_optimizer ? " in host memory" : "", peak);
+    loom_train_memory mem;
+    loom_trainer_memory(t, &mem);
+    char planned[32], host_peak[32];
+    cli_human_bytes(planned, sizeof planned, (double)(mem.params_grads + mem.activations + mem.optimizer));
+    cli_human_bytes(host_peak, sizeof host_peak, (double)be->host_peak_bytes);
+    loom_info("memory plan per rank: %s on the %s (%.0f MiB params+grads, %.0f MiB activations, %.0f MiB AdamW), "
+              "%.0f MiB offloaded to host memory; measured peak %s, and %s of pinned host memory\n", planned, be->name,
+              mem.params_grads / 1048576.0, mem.activations / 1048576.0, mem.optimizer / 1048576.0,
+              mem.offloaded / 1048576.0, peak, host_peak);
     loom_trainer_free(t);
     loom_comm_finalize(world);
     return 0;

@@ -35,10 +35,12 @@ static void make_ranges(loom_adamw *o, const loom_param_table *table, const loom
 
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
-                              bool offload) {
+                              loom_adamw_offload offload) {
+    LOOM_CHECK(offload != LOOM_ADAMW_OFFLOAD_PARAMS || sharded_params);
     loom_adamw *o = loom_xcalloc(1, sizeof *o);
     o->be = o->state_be = be;
     o->n = n;
+    o->offload = offload;
     loom_status s = offload ? loom_backend_create(&o->state_be, "cpu", LOOM_F32) : LOOM_OK;
     if (s != LOOM_OK) {
         free(o);
@@ -51,7 +53,7 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_par
     if (master) o->master = st->alloc(st, (size_t)n * sizeof(float));
     if (offload) {
         o->host_grads = malloc((size_t)n * sizeof(float));
-        o->staging = malloc((size_t)n * loom_dtype_size(be->dtype));
+        o->staging = be->host_alloc(be, (size_t)n * loom_dtype_size(be->dtype));
     }
     make_ranges(o, table, slices, nslices, sharded_params);
     *out = o;
@@ -72,7 +74,7 @@ void loom_adamw_free(loom_adamw *o) {
     o->state_be->free(o->state_be, o->master);
     if (o->state_be != o->be) loom_backend_destroy(o->state_be);
     free(o->host_grads);
-    free(o->staging);
+    o->be->host_free(o->be, o->staging);
     free(o->ranges);
     free(o);
 }
@@ -83,7 +85,8 @@ void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_eleme
     size_t es = loom_dtype_size(be->dtype);
     void *raw = loom_xmalloc((size_t)num_elements * es);
     float *p = loom_xmalloc((size_t)num_elements * sizeof(float)), *master = loom_xcalloc((size_t)o->n, sizeof(float));
-    be->download(be, raw, params, (size_t)num_elements * es);
+    if (o->offload == LOOM_ADAMW_OFFLOAD_PARAMS) memcpy(raw, params, (size_t)num_elements * es);
+    else be->download(be, raw, params, (size_t)num_elements * es);
     loom_dtype_to_f32(p, raw, be->dtype, (size_t)num_elements);
     for (int r = 0; r < o->nranges; r++)
         memcpy(master + o->ranges[r].state_offset, p + o->ranges[r].param_offset,
@@ -142,7 +145,9 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                                 .index0 = g->index0};
         update_range(o, g, params, grads, args);
     }
-    if (o->host_grads) { // the updated master weights back as the parameters
+    if (o->offload == LOOM_ADAMW_OFFLOAD_PARAMS) { // the parameters are the state's layout, in host memory
+        loom_f32_to_dtype(params, be->dtype, o->master, (size_t)o->n);
+    } else if (o->offload == LOOM_ADAMW_OFFLOAD_STATE) { // the updated master weights back as the parameters
         loom_f32_to_dtype(o->staging, be->dtype, o->master, (size_t)o->n);
         for (int r = 0; r < o->nranges; r++) {
             const loom_param_range *g = &o->ranges[r];

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
     if (rank == 0) {
         loom_train_config c = config(0, 1);
         T_ASSERT(loom_trainer_create(&t, solo, &c, &report) == LOOM_OK, "one process: %s", loom_error_message());
-        size_t acts = loom_gpt2_memory_bytes(t->model) - 2 * (size_t)t->model->num_elements * sizeof(float);
+        size_t acts = loom_gpt2_memory_bytes(t->model, NULL) - 2 * (size_t)t->model->num_elements * sizeof(float);
         whole = (double)(t->be->bytes_in_use - acts);
         loom_trainer_free(t);
     }
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
            head = unit_bytes(table, L, W, &head_piece);
     int64_t most = block_piece > embed_piece ? block_piece : embed_piece;
     double in_flight = (double)(4 * block + 2 * embed + 2 * head) + (double)most * sizeof(float);
-    double want = whole / W + in_flight, got = (double)(t->be->peak_bytes - loom_gpt2_memory_bytes(t->model));
+    double want = whole / W + in_flight, got = (double)(t->be->peak_bytes - loom_gpt2_memory_bytes(t->model, NULL));
     T_ASSERT(fabs(got - want) <= 0.10 * want, "rank %d: peak %.0f bytes of parameters, gradients and AdamW, want "
              "%.0f = %.0f / %d + %.0f in flight (within 10%%)", rank, got, want, whole, W, in_flight);
     if (rank == 0)

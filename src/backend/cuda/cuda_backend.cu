@@ -101,6 +101,7 @@ void *cuda_scratch(loom_cuda *cu, size_t bytes) {
 static void cuda_destroy(loom_backend *be) {
     loom_cuda *cu = cuda_of(be);
     CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    cuda_host_copy_destroy(cu);
     if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
     CUDA_CHECK(cudaFree(cu->workspace));
     cuda_matmul_free_cache(cu);
@@ -183,6 +184,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .dtype = dtype,
         .bytes_in_use = 0,
         .peak_bytes = 0,
+        .host_bytes_in_use = 0,
+        .host_peak_bytes = 0,
         .chunk_bytes = (size_t)512 << 20,
         .stream = cu->stream,
         .alloc = cuda_alloc,
@@ -192,6 +195,10 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .zero = cuda_zero,
         .copy = cuda_copy,
         .synchronize = cuda_synchronize,
+        .host_alloc = cuda_host_alloc,
+        .host_free = cuda_host_free,
+        .copy_async = cuda_copy_async,
+        .copy_wait = cuda_copy_wait,
         .range_push = cuda_range_push,
         .range_pop = cuda_range_pop,
         .encoder_forward = cuda_encoder_forward,
