@@ -49,9 +49,9 @@ typedef struct {
     int nranges;
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
     loom_adamw_offload offload;
-    float *host_grads;    // offloaded: (n) the gradients as host fp32
-    void *staging;        // offloaded: (n) of be->dtype, the gradients and parameters in transit
-                          // (be->host_alloc)
+    float *host_grads;    // offloaded: one piece of the gradients as host fp32
+    void *staging;        // offloaded: one piece of be->dtype, the gradients and parameters in
+                          // transit (be->host_alloc)
 } loom_adamw;
 
 // The optimizer of the slices of table's flat buffers this rank updates (the whole buffer:
@@ -61,10 +61,11 @@ typedef struct {
 // sharded_params: the parameter buffer the steps update is laid out as the state (ZeRO 3's
 // shard: param_offset = state_offset), else it is the table's flat buffer.
 // Offloaded (LOOM_ADAMW_OFFLOAD_*), the state (moments and fp32 master weights) lives in host
-// memory and each step runs on the host's cores (the CPU backend): the gradients are copied to
-// the host as fp32, the master weights updated there, and the parameters written back rounded
-// to be->dtype (to nearest: no stochastic rounding): copied to the device, or, with
-// LOOM_ADAMW_OFFLOAD_PARAMS (sharded_params only), written in place in host memory.
+// memory and each step runs on the host's cores (the CPU backend), piece by piece (4M elements):
+// the piece's gradients are copied to the host as fp32, its master weights updated there, and
+// its parameters written back rounded to be->dtype (to nearest: no stochastic rounding): copied
+// to the device, or, with LOOM_ADAMW_OFFLOAD_PARAMS (sharded_params only), written in place in
+// host memory. Host memory: the state (12 bytes per element) and one piece in transit.
 // Errors: LOOM_ENOMEM when the state does not fit.
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
