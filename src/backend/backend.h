@@ -74,6 +74,8 @@ struct loom_backend {
     // copy before it. On the CPU the copy is made at once and the ticket is 0.
     uint64_t (*copy_async)(loom_backend *be, void *dst, const void *src, size_t bytes, bool to_host);
     void (*copy_wait)(loom_backend *be, uint64_t ticket);
+    // Bytes free and in all of the memory alloc draws from (the GPU's; the host's on the CPU).
+    void (*memory_info)(loom_backend *be, size_t *free_bytes, size_t *total_bytes);
     // Profiler ranges (NVTX on CUDA, so an Nsight Systems trace shows forward, backward, each
     // block and the optimizer); nestable; NULL where there is no profiler.
     void (*range_push)(loom_backend *be, const char *name);
@@ -215,6 +217,9 @@ loom_status loom_backend_open(loom_backend **out, const char *device, const char
 // GPUs of the kind `device` names ("cuda") that this process can see: 0 on the CPU, in builds
 // without CUDA, or without a driver.
 int loom_backend_device_count(const char *device);
+// The host's available and total memory in bytes (MemAvailable and MemTotal of /proc/meminfo;
+// sysconf's free and total pages where it cannot be read).
+void loom_host_memory_info(size_t *available, size_t *total);
 
 // Backend constructors (one per implementation).
 loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);

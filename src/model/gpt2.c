@@ -294,6 +294,14 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
     return gpt2_offload_alloc(m, &v.a);
 }
 
+size_t loom_gpt2_activation_bytes(const loom_gpt2 *m, int B, int T, bool training, size_t *offloaded) {
+    gpt2_views v;
+    size_t bytes = layout_shared(&v, NULL, m, B, T) + (size_t)m->slots * layout_slot(&v.a, NULL, m, B, T, training) +
+                   (training ? layout_grads(&v, NULL, m, B, T) : 0);
+    *offloaded = training && m->offload_activations ? gpt2_offload_plan(m, &v.a) : 0;
+    return bytes;
+}
+
 size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded) {
     if (offloaded) *offloaded = gpt2_offload_bytes(m);
     gpt2_views v;

@@ -135,6 +135,10 @@ void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host);
 // B, T < 1, the rows do not split evenly under sequence parallelism (T % tp_size), or a split
 // backward is asked with full recomputation or offloaded activations; LOOM_ENOMEM.
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training);
+// Bytes of activations (with the gradient scratch when training) loom_gpt2_alloc would allocate
+// on the backend for the model's slots, recompute, split_backward and offload settings, without
+// allocating; *offloaded: host bytes of offloaded activations.
+size_t loom_gpt2_activation_bytes(const loom_gpt2 *m, int B, int T, bool training, size_t *offloaded);
 // Bytes of parameters, gradients (the model's own) and activations currently allocated on the
 // backend; *offloaded (may be NULL): bytes of offloaded activations in host memory.
 size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded);

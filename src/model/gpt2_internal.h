@@ -40,6 +40,8 @@ enum { GPT2_OFFLOAD_RESIDENT = 3 };
 // LOOM_ENOMEM.
 loom_status gpt2_offload_alloc(loom_gpt2 *m, const loom_gpt2_acts *max_slot);
 void gpt2_offload_free(loom_gpt2 *m);
+// The host bytes gpt2_offload_alloc would take for slots laid out as max_slot (offloading on).
+size_t gpt2_offload_plan(const loom_gpt2 *m, const loom_gpt2_acts *max_slot);
 size_t gpt2_offload_bytes(const loom_gpt2 *m); // host memory held
 // Around block i (of the chunk, 0-based) of the views' slot: before its forward writes its
 // resident copy, after that forward, and before its backward (blocks i and i-1 resident).

@@ -33,14 +33,25 @@ static int saved_tensors(const loom_gpt2_acts *a, const loom_tensor *out[]) {
 
 static size_t block_bytes(const loom_tensor *t) { return loom_nbytes(t) / R; }
 
+// Bytes of one block's saved tensors in a slot laid out as `slot`.
+static size_t stride_of(const loom_gpt2_acts *slot) {
+    const loom_tensor *t[16];
+    int n = saved_tensors(slot, t);
+    size_t bytes = 0;
+    for (int k = 0; k < n; k++) bytes += block_bytes(t[k]);
+    return bytes;
+}
+
+size_t gpt2_offload_plan(const loom_gpt2 *m, const loom_gpt2_acts *max_slot) {
+    return m->chunk_blocks > R ? (size_t)m->slots * (size_t)m->chunk_blocks * stride_of(max_slot) : 0;
+}
+
 loom_status gpt2_offload_alloc(loom_gpt2 *m, const loom_gpt2_acts *max_slot) {
     gpt2_offload_free(m);
     if (!m->training || !m->offload_activations || m->chunk_blocks <= R) return LOOM_OK;
-    const loom_tensor *t[16];
-    int n = saved_tensors(max_slot, t);
     gpt2_offload *o = loom_xcalloc(1, sizeof *o);
     m->offload = o;
-    for (int k = 0; k < n; k++) o->stride += block_bytes(t[k]);
+    o->stride = stride_of(max_slot);
     o->host = loom_xcalloc((size_t)m->slots, sizeof(char *));
     o->resident = loom_xmalloc((size_t)m->slots * R * sizeof(int));
     o->ticket = loom_xcalloc((size_t)m->slots * R, sizeof(uint64_t));

@@ -169,6 +169,10 @@ static void unit_reduced(void *ctx, int b) {
     point(f, u, f->g, NULL);
 }
 
+// Buffers of a unit's size reserved at creation: what a step without a pipeline holds at most
+// (a pinned unit's parameters and gradients; two blocks' of each, for the first block's size).
+static int reserved(bool pinned) { return pinned ? 2 : 2 * MAX_BLOCKS_GATHERED; }
+
 // Puts n buffers of unit u's size in the pool (parameters and gradients in flight at once).
 static bool reserve(loom_fsdp *f, const unit *u, int n) {
     void *got[2 * MAX_BLOCKS_GATHERED];
@@ -205,9 +209,8 @@ loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom
     size_t shard_bytes = (size_t)f->shard_n * f->es;
     f->shard = offload_params ? be->host_alloc(be, shard_bytes) : be->alloc(be, shard_bytes);
     bool ok = f->shard != NULL;
-    for (int k = 0, blocks = 0; k < f->nunits && ok; k++) // what a step without a pipeline holds at most
-        if (f->units[k].pinned || blocks++ == 0)
-            ok = reserve(f, &f->units[k], f->units[k].pinned ? 2 : 2 * MAX_BLOCKS_GATHERED);
+    for (int k = 0, blocks = 0; k < f->nunits && ok; k++)
+        if (f->units[k].pinned || blocks++ == 0) ok = reserve(f, &f->units[k], reserved(f->units[k].pinned));
     if (!ok) {
         size_t bytes = shard_bytes + f->bytes;
         loom_fsdp_free(f);
@@ -220,6 +223,20 @@ loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom
     loom_hooks_add(hooks, LOOM_HOOK_BACKWARD, on_backward, f);
     *out = f;
     return LOOM_OK;
+}
+
+size_t loom_fsdp_plan_units(const loom_param_table *table, int num_layers, int W, loom_dtype dtype) {
+    size_t bytes = 0;
+    for (int i = 0, blocks = 0; i < table->count;) {
+        int layer = table->params[i].layer;
+        int64_t start = table->params[i].offset;
+        while (i < table->count && table->params[i].layer == layer) i++;
+        int64_t len = (i < table->count ? table->params[i].offset : table->num_elements) - start;
+        bool pinned = layer < 0 || layer >= num_layers;
+        if (pinned || blocks++ == 0)
+            bytes += (size_t)reserved(pinned) * (size_t)((len + W - 1) / W * W) * loom_dtype_size(dtype);
+    }
+    return bytes;
 }
 
 void loom_fsdp_free(loom_fsdp *f) {

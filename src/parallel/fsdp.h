@@ -40,6 +40,9 @@ loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom
                              const loom_param_table *table, int num_layers, loom_tensor *params, loom_tensor *grads,
                              loom_hooks *hooks, bool offload_params);
 void loom_fsdp_free(loom_fsdp *f);
+// Bytes of unit buffers loom_fsdp_create reserves over W ranks for the model of `table` (what a
+// step without a pipeline holds at most), without allocating.
+size_t loom_fsdp_plan_units(const loom_param_table *table, int num_layers, int W, loom_dtype dtype);
 // This rank's pieces of every unit (shard_n elements of be->dtype, laid out as the optimizer
 // state: parallel/data_parallel.h's shard offsets); host memory with offload_params.
 void *loom_fsdp_shard(const loom_fsdp *f);

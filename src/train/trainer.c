@@ -90,8 +90,7 @@ loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cf
     return stage;
 }
 
-// Whether the schedule splits this rank's backward into its input and weight halves.
-static bool splits_backward(const loom_pp_schedule *s, int rank) {
+bool loom_train_splits_backward(const loom_pp_schedule *s, int rank) {
     for (int i = 0; s && i < s->count[rank]; i++)
         if (s->actions[rank][i].op == LOOM_PP_I) return true;
     return false;
@@ -117,7 +116,6 @@ static void set_params(loom_trainer *t, const float *file) {
 static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, const float *file) {
     const loom_train_config *c = &t->cfg;
     loom_mesh *mesh = t->mesh;
-    LOOM_TRY(make_schedule(t, cfg));
     loom_gpt2_layout layout = {loom_train_stage_of(t, cfg, t->pp_rank), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp,
                                c->zero == 3};
     LOOM_TRY(loom_gpt2_create_layout(&t->model, t->be, cfg, &layout));
@@ -125,7 +123,7 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     m->recompute = c->recompute;
     m->offload_activations = c->offload_activations;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
-    m->split_backward = splits_backward(t->schedule, t->pp_rank);
+    m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);
     LOOM_TRY(loom_gpt2_alloc(m, c->batch, t->st.seq_len, true));
     if (t->schedule) {
         int64_t rows = (int64_t)c->batch * t->st.seq_len / m->row_shards;
@@ -230,7 +228,9 @@ static loom_status build(loom_trainer *t, bool *report) {
     float *file = NULL;
     int64_t resumed;
     loom_status s = read_start(t, &cfg, &file, &resumed);
-    if (s == LOOM_OK) s = build_parallel(t, &cfg, file);
+    if (s == LOOM_OK) s = make_schedule(t, &cfg);
+    if (s == LOOM_OK) s = loom_train_check_memory(t, &cfg);
+    if (loom_comm_agree(t->world, s, report) == LOOM_OK) s = build_parallel(t, &cfg, file); // every rank measured
     free(file);
     AGREE(s);
     if (resumed >= 0) AGREE(load_state(t, resumed));

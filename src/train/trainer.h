@@ -123,3 +123,6 @@ typedef struct {
     size_t offloaded;    // in host memory: AdamW state, ZeRO 3's parameter shard, activations
 } loom_train_memory;
 void loom_trainer_memory(const loom_trainer *t, loom_train_memory *mem);
+// The same figures planned from the configuration alone (train/plan.c: what the trainer checks
+// against free memory before allocating). Errors: those of the plan's model layout.
+loom_status loom_trainer_plan(const loom_trainer *t, loom_train_memory *plan);

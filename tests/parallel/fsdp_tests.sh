@@ -15,7 +15,8 @@
 #   resume:  a ZeRO 3 HSDP run on 4 ranks killed and resumed equals the uninterrupted one bit for
 #            bit; resuming with other replicas is refused with one line; the same for a ZeRO 3 run
 #            with the optimizer offloaded
-#   errors:  layouts that cannot work give one error line and every rank exits non-zero, no hang
+#   errors:  layouts that cannot work give one error line and every rank exits non-zero, no hang;
+#            so does a run whose memory plan does not fit, before it allocates, naming what would fit
 set -uo pipefail
 CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
 source "$(dirname "$0")/train_lib.sh"
@@ -95,6 +96,19 @@ errors)
     --pp-schedule zb-h1 --offload activations --batch 1 --global-batch 2 --steps 1
   expect_mpi_error 1 "offloaded optimizer rounds the parameters to nearest" train "${ARGS[@]}" --offload optimizer \
     --stochastic-rounding --batch 1 --steps 1
+  # the memory plan refuses a run that does not fit before allocating anything: gpt2-xl at B=64 on
+  # the CPU (about 330 GiB), and a run planned for a small device that twice the ranks would fit
+  t0=$SECONDS
+  expect_mpi_error 2 "this run needs about " train --model gpt2-xl --train-data "$FIX/gpt2_eval_shard.bin" --batch 64 \
+    --seq 1024 --steps 1 --threads 1
+  [ $((SECONDS - t0)) -le 20 ] || fail "the refusal took $((SECONDS - t0)) s: it allocated first"
+  grep -q "none of --zero 3, --offload, --recompute full or twice the ranks fits alone" err.txt || fail "no hint: $(cat err.txt)"
+  export LOOM_DEVICE_MEMORY_GIB=0.21
+  expect_mpi_error 2 "would fit: twice the ranks (105.5 MiB)" train --model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" \
+    --seq 64 --threads 1 --batch 2 --global-batch 8 --steps 1 --zero 1
+  grep -q "needs about 126.3 MiB of memory per rank .*, 2 ranks sharing it; 215.0 MiB is free" err.txt ||
+    fail "the plan's line: $(cat err.txt)"
+  unset LOOM_DEVICE_MEMORY_GIB
   ;;
 *) fail "unknown case $CASE" ;;
 esac

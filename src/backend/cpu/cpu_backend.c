@@ -49,6 +49,10 @@ static uint64_t cpu_copy_async(loom_backend *be, void *dst, const void *src, siz
 
 static void cpu_copy_wait(loom_backend *be, uint64_t ticket) {}
 
+static void cpu_memory_info(loom_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    loom_host_memory_info(free_bytes, total_bytes);
+}
+
 static void cpu_zero(loom_backend *be, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
@@ -78,6 +82,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .host_free = cpu_host_free,
         .copy_async = cpu_copy_async,
         .copy_wait = cpu_copy_wait,
+        .memory_info = cpu_memory_info,
         .encoder_forward = cpu_encoder_forward,
         .encoder_backward = cpu_encoder_backward,
         .layernorm_forward = cpu_layernorm_forward,

@@ -115,6 +115,10 @@ static void cuda_destroy(loom_backend *be) {
     free(cu);
 }
 
+static void cuda_memory_info(loom_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 static void cuda_range_push(loom_backend *be, const char *name) { nvtxRangePushA(name); }
 static void cuda_range_pop(loom_backend *be) { nvtxRangePop(); }
 
@@ -199,6 +203,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .host_free = cuda_host_free,
         .copy_async = cuda_copy_async,
         .copy_wait = cuda_copy_wait,
+        .memory_info = cuda_memory_info,
         .range_push = cuda_range_push,
         .range_pop = cuda_range_pop,
         .encoder_forward = cuda_encoder_forward,
