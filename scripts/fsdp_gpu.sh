@@ -19,6 +19,8 @@
 # gelu) with and without --offload optimizer, and the largest GPT-2-shaped models (C=2560,
 # NH=20, --recompute full) that train at B=1, T=1024 without offloading (XL_LAYERS: the depths
 # tried, 48 56) and with ZeRO 3 and --offload optimizer,params,activations (XL_OFFLOAD_LAYERS: 64).
+# With --gpt2: gpt2 in bf16 with each offload option against keeping everything on the GPU, and
+# the memory plan's refusal of a run planned for a 40 GiB device.
 # Ranks are not bound to cores (--bind-to none), so the host's optimizer step has every core.
 # Prints a table last. Exit 1 when a check failed.
 NAME=fsdp_gpu
@@ -35,6 +37,34 @@ bench() { # NAME NP FLAGS...: one loom bench row (tokens/s, peak memory) and its
         tail -5 "$WORK/b.log"
     fi
 }
+if [ "${1:-}" = "--gpt2" ]; then
+    # gpt2 (124M) in bf16, 30 steps on the fixture shard: each offload option against keeping
+    # everything on the GPU (the bf16 noise: bf16 against fp32, same GPU); then the memory plan's
+    # refusal of gpt2-xl B=8 planned for a 40 GiB device
+    maxdiff() { paste <(losses "$1") <(losses "$2") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; n++ } END { printf "%d steps, max |loss diff| %.4f", n, w }'; }
+    args=(--model gpt2 --train-data "$FIX/gpt2_eval_shard.bin" --seq 256 --batch 8 --steps 30 --lr 6e-4 --warmup 5
+          --seed 3 --device cuda)
+    "$LOOM" train "${args[@]}" --precision fp32 --metrics "$WORK/fp32.jsonl" >"$WORK/fp32.log" 2>&1 || failed=1
+    "$LOOM" train "${args[@]}" --precision bf16 --metrics "$WORK/bf16.jsonl" >"$WORK/bf16.log" 2>&1 || failed=1
+    row "gpt2 bf16 vs fp32 (the noise)" "$(maxdiff "$WORK/bf16.jsonl" "$WORK/fp32.jsonl")"
+    for flags in "--offload optimizer" "--zero 3 --offload optimizer,params" "--offload activations" \
+        "--recompute full --offload activations" "--zero 3 --offload optimizer,params,activations"; do
+        name=$(echo "$flags" | tr -d ' -,')
+        # shellcheck disable=SC2086
+        if "$LOOM" train "${args[@]}" --precision bf16 $flags --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+            row "gpt2 bf16 $flags vs bf16" "$(maxdiff "$WORK/$name.jsonl" "$WORK/bf16.jsonl")"
+        else
+            failed=1
+            row "gpt2 bf16 $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
+        fi
+        grep -E "memory per rank|offloaded|peak memory" "$WORK/$name.log"
+    done
+    LOOM_DEVICE_MEMORY_GIB=40 "$LOOM" train --model gpt2-xl --train-data "$FIX/gpt2_eval_shard.bin" --batch 8 \
+        --device cuda --steps 1 >"$WORK/refuse.log" 2>&1 && { failed=1; row "refusal" "FAIL: gpt2-xl B=8 ran on 40 GiB"; }
+    grep "loom: error" "$WORK/refuse.log" || { failed=1; row "refusal" "FAIL: $(tail -2 "$WORK/refuse.log")"; }
+    finish
+fi
 if [ "${1:-}" = "--xl" ]; then
     bench "gpt2-xl B=8 gelu, 1 rank" 1 --model gpt2-xl --batch 8 --recompute gelu --steps 3
     bench "gpt2-xl B=8 gelu, 1 rank, offload optimizer" 1 --model gpt2-xl --batch 8 --recompute gelu --steps 3 \
