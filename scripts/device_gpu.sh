@@ -89,18 +89,23 @@ if [ ! -x "$BUILD/tests/test_cuda_backend" ]; then
 fi
 [ "${1:-}" = "--build-only" ] && { summary; exit 0; }
 step "cuda op tests" "$BUILD/tests/test_cuda_backend" || failed=1
-step "cuda ctest (fixtures, staged comm)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|gpt2_devices' \
+step "cuda attention tests (blocks at offsets, merge)" "$BUILD/tests/test_cuda_attention" || failed=1
+step "cuda ctest (fixtures, staged comm)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|cuda_attention|gpt2_devices' \
     --output-on-failure || failed=1
 step "gpt2 GPU vs CPU" "$BUILD/tests/test_gpt2_devices" || failed=1
 if [ -z "${LOOM_SKIP_SANITIZERS:-}" ]; then
-    step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
-        --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+    for t in cuda_backend cuda_attention; do
+        step "memcheck ($t, small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
+            --leak-check full --error-exitcode 99 "$BUILD/tests/test_$t" || failed=1
+    done
     for precision in fp32 bf16; do # the whole model: forward, backward, AdamW steps
         step "memcheck (fixtures, $precision)" compute-sanitizer --tool memcheck --leak-check full \
             --error-exitcode 99 "$BUILD/tests/test_gpt2_fixture" "$ROOT/tests/fixtures" cuda $precision || failed=1
     done
-    step "racecheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
-        --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+    for t in cuda_backend cuda_attention; do
+        step "racecheck ($t, small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
+            --error-exitcode 99 "$BUILD/tests/test_$t" || failed=1
+    done
 fi
 if [ "${1:-}" = "--tp" ]; then
     OUTDIR=${OUT:-/tmp}

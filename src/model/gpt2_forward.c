@@ -70,7 +70,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
                           gpt2_param(m, l, B_LN1W), gpt2_param(m, l, B_LN1B));
     tp_gather(m, ln1, gpt2_mine(m, v, ln1));
     be->matmul_forward(be, qkv, ln1, gpt2_param(m, l, B_QKVW), gpt2_param(m, l, B_QKVB));
-    be->attention_forward(be, atty, layer(&a->att_lse, i), qkv, m->NH);
+    be->attention_forward(be, atty, layer(&a->att_lse, i), qkv, qkv, m->NH, LOOM_ATTN_CAUSAL);
     be->matmul_forward(be, partial(v, out), atty, gpt2_param(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
     tp_reduce(m, out, partial(v, out));
     be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), layer(&a->ln2_mean, i),
@@ -148,7 +148,9 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     keep(m, d.attproj, v->dfull);
     be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
                         v->dfull, atty, gpt2_param(m, l, B_ATTPROJW));
-    be->attention_backward(be, d.qkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i), m->NH);
+    be->zero(be, d.qkv.data, loom_nbytes(&d.qkv));
+    be->attention_backward(be, d.qkv, d.qkv, datty, layer(&a->qkv, i), layer(&a->qkv, i), atty, layer(&a->att_lse, i),
+                           m->NH, LOOM_ATTN_CAUSAL);
     be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, all ? gpt2_grad(m, l, B_QKVB) : none, d.qkv,
                         layer(&a->ln1, i), gpt2_param(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
