@@ -8,11 +8,11 @@
 # benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), with
 # --tp tensor parallelism's CUDA path with ranks sharing the GPU (scripts/tp_gpu.sh), with --pp
 # pipeline parallelism's (scripts/pp_gpu.sh), with --fsdp ZeRO 3's and the offloaded optimizer's
-# (scripts/fsdp_gpu.sh), and print a summary table last (with --bench,
-# --tp or --pp, their tables after it).
+# (scripts/fsdp_gpu.sh), with --cp context parallelism's (scripts/cp_gpu.sh), and print a summary
+# table last (with --bench, --tp, --pp, --fsdp or --cp, their tables after it).
 # LOOM_SKIP_SANITIZERS=1 leaves out the compute-sanitizer steps.
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
-#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --fsdp | --build-only]
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --fsdp | --cp | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -89,18 +89,23 @@ if [ ! -x "$BUILD/tests/test_cuda_backend" ]; then
 fi
 [ "${1:-}" = "--build-only" ] && { summary; exit 0; }
 step "cuda op tests" "$BUILD/tests/test_cuda_backend" || failed=1
-step "cuda ctest (fixtures, staged comm)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|gpt2_devices' \
+step "cuda attention tests (blocks at offsets, merge)" "$BUILD/tests/test_cuda_attention" || failed=1
+step "cuda ctest (fixtures, staged comm)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|cuda_attention|gpt2_devices' \
     --output-on-failure || failed=1
 step "gpt2 GPU vs CPU" "$BUILD/tests/test_gpt2_devices" || failed=1
 if [ -z "${LOOM_SKIP_SANITIZERS:-}" ]; then
-    step "memcheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
-        --leak-check full --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+    for t in cuda_backend cuda_attention; do
+        step "memcheck ($t, small shapes)" env LOOM_CUDA_TEST_QUICK=1 compute-sanitizer --tool memcheck \
+            --leak-check full --error-exitcode 99 "$BUILD/tests/test_$t" || failed=1
+    done
     for precision in fp32 bf16; do # the whole model: forward, backward, AdamW steps
         step "memcheck (fixtures, $precision)" compute-sanitizer --tool memcheck --leak-check full \
             --error-exitcode 99 "$BUILD/tests/test_gpt2_fixture" "$ROOT/tests/fixtures" cuda $precision || failed=1
     done
-    step "racecheck (small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
-        --error-exitcode 99 "$BUILD/tests/test_cuda_backend" || failed=1
+    for t in cuda_backend cuda_attention; do
+        step "racecheck ($t, small shapes)" env LOOM_CUDA_TEST_QUICK=1 timeout 150 compute-sanitizer --tool racecheck \
+            --error-exitcode 99 "$BUILD/tests/test_$t" || failed=1
+    done
 fi
 if [ "${1:-}" = "--tp" ]; then
     OUTDIR=${OUT:-/tmp}
@@ -114,6 +119,10 @@ if [ "${1:-}" = "--fsdp" ]; then
     OUTDIR=${OUT:-/tmp}
     step "ZeRO 3 / offload on the GPU" sh -c "bash '$ROOT/scripts/fsdp_gpu.sh' > '$OUTDIR/fsdp_gpu.txt' 2>&1" || failed=1
 fi
+if [ "${1:-}" = "--cp" ]; then
+    OUTDIR=${OUT:-/tmp}
+    step "context parallel on the GPU" sh -c "bash '$ROOT/scripts/cp_gpu.sh' > '$OUTDIR/cp_gpu.txt' 2>&1" || failed=1
+fi
 if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
     step "bench gpt2 (loom, pytorch)" sh -c "bash '$ROOT/scripts/bench_gpu.sh' | tee '$OUTDIR/bench_gpt2.md'" || failed=1
@@ -122,7 +131,7 @@ if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GP
         failed=1
 fi
 summary
-if [ "${1:-}" = "--tp" ] || [ "${1:-}" = "--pp" ] || [ "${1:-}" = "--fsdp" ]; then
+if [ "${1:-}" = "--tp" ] || [ "${1:-}" = "--pp" ] || [ "${1:-}" = "--fsdp" ] || [ "${1:-}" = "--cp" ]; then
     echo; sed -n '/^| check/,$p' "$OUTDIR/${1#--}_gpu.txt"
 fi
 if [ "${1:-}" = "--bench" ]; then

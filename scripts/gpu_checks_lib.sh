@@ -1,4 +1,4 @@
-# Shared by scripts/tp_gpu.sh, scripts/pp_gpu.sh and scripts/fsdp_gpu.sh (sourced, with NAME set): build-gpu's loom,
+# Shared by scripts/tp_gpu.sh, scripts/pp_gpu.sh, scripts/fsdp_gpu.sh and scripts/cp_gpu.sh (sourced, with NAME set): build-gpu's loom,
 # the fixtures, a scratch folder, mpirun with ranks sharing the GPU, and the table of checks.
 set -u
 cd "$(dirname "$0")/.."

@@ -23,8 +23,11 @@ static double time_attention(loom_backend *be, loom_tensor out, loom_tensor lse,
     for (int r = -2; r < reps; r++) { // two warm-up runs
         be->synchronize(be);
         double t0 = loom_now();
-        be->attention_forward(be, out, lse, qkv, NH);
-        if (backward) be->attention_backward(be, dqkv, dout, qkv, out, lse, NH);
+        be->attention_forward(be, out, lse, qkv, qkv, NH, LOOM_ATTN_CAUSAL);
+        if (backward) { // the backward adds into dqkv: zeroed first, as the model does
+            be->zero(be, dqkv.data, loom_nbytes(&dqkv));
+            be->attention_backward(be, dqkv, dqkv, dout, qkv, qkv, out, lse, NH, LOOM_ATTN_CAUSAL);
+        }
         be->synchronize(be);
         if (r >= 0) t[r] = loom_now() - t0;
     }

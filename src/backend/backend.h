@@ -41,6 +41,23 @@ typedef struct {
     int64_t index0; // global index of element 0 of this range
 } loom_adamw_args;
 
+// Where the query and key blocks of an attention call sit in their sequences (see
+// attention_forward): query row i at global position q_pos + i, key row j at k_pos + j; causal:
+// query i sees key j when k_pos + j <= q_pos + i.
+typedef struct {
+    int64_t q_pos, k_pos;
+    bool causal;
+} loom_attn_span;
+#define LOOM_ATTN_CAUSAL ((loom_attn_span){0, 0, true}) // whole sequences, causal
+
+// The keys query row i (of Tq) sees are rows [0, clamp(i + delta + 1, 0, Tk)) of the key block,
+// with this delta in [-Tq, Tk] (Tk: every key, as without the causal mask).
+static inline int64_t loom_attn_delta(loom_attn_span span, int64_t Tq, int64_t Tk) {
+    if (!span.causal) return Tk;
+    int64_t d = span.q_pos - span.k_pos;
+    return d < -Tq ? -Tq : d > Tk ? Tk : d;
+}
+
 struct loom_backend {
     const char *name;  // "cpu" or "cuda"
     loom_dtype dtype;  // dtype of parameters, activations and their gradients
@@ -61,6 +78,10 @@ struct loom_backend {
     void (*download)(loom_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*zero)(loom_backend *be, void *p, size_t bytes);
     void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes); // within this backend's memory
+    // Strided copy within this backend's memory: `rows` rows of `width` bytes, row i from
+    // src + i * src_pitch to dst + i * dst_pitch (bytes; the regions do not overlap)
+    void (*copy_2d)(loom_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                    size_t width, size_t rows);
     void (*synchronize)(loom_backend *be);
     // Host memory for what is offloaded (optimizer state, parameter shards, activations):
     // page-locked on a GPU (cudaMallocHost), so copies run asynchronously at the bus's full rate;
@@ -116,16 +137,39 @@ struct loom_backend {
     void (*matmul_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                             loom_tensor dout, loom_tensor inp, loom_tensor w);
 
-    // Causal multi-head self-attention (Vaswani et al. 2017) computed FlashAttention-style
-    // (Dao 2023): softmax(q k^T / sqrt(hs)) v without keeping the (T,T) matrix; the row
-    // logsumexp of the scaled, masked scores is kept for the backward pass.
-    //   qkv (B,T,3C): q = [:, :, 0:C), k = [C:2C), v = [2C:3C); head h uses columns h*hs..(h+1)*hs
-    //   out (B,T,C), heads laid out the same way;  lse (B,NH,T) fp32
-    void (*attention_forward)(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor qkv,
-                              int NH);
-    // dqkv (B,T,3C) = gradient wrt qkv, from dout (B,T,C) and the forward's qkv, out, lse
-    void (*attention_backward)(loom_backend *be, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv,
-                               loom_tensor out, loom_tensor lse, int NH);
+    // Multi-head attention (Vaswani et al. 2017) of a block of queries against a block of keys
+    // and values, computed FlashAttention-style (Dao 2023): softmax(q k^T / sqrt(hs)) v without
+    // keeping the (Tq,Tk) matrix. The blocks may be pieces of longer sequences (context
+    // parallelism, Liu et al. 2023, "Ring Attention"): query row i sits at global position
+    // span.q_pos + i and key row j at span.k_pos + j; with span.causal query i sees key j when
+    // k_pos + j <= q_pos + i, else every key. Whole-sequence causal attention is q = kv = qkv
+    // with LOOM_ATTN_CAUSAL.
+    //   q (B,Tq,Wq): the queries are its first C columns (Wq = C, or 3C: a qkv tensor)
+    //   kv (B,Tk,Wk): the keys, then the values, are its last 2C columns (Wk = 2C, or 3C: a qkv tensor)
+    //   head h uses columns h*hs..(h+1)*hs of each of q, k, v
+    //   out (B,Tq,C): per head, the softmax-weighted values of the visible keys; 0 for a row
+    //       that sees none (a block wholly in the causal future is all zeros)
+    //   lse (B,NH,Tq) fp32: the natural-log logsumexp of the row's scaled visible scores,
+    //       -INFINITY for a row that sees none; partial results of the key blocks of a query
+    //       block merge by it (attention_merge), and the backward pass reads the merged one
+    void (*attention_forward)(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q,
+                              loom_tensor kv, int NH, loom_attn_span span);
+    // The gradients of one (query block, key block) pair, accumulated: dq (shaped as q) += in its
+    // first C columns, dkv (shaped as kv) += in its last 2C columns, from dout (B,Tq,C) and out
+    // (B,Tq,C), lse (B,NH,Tq) of the whole attention of these queries (over all key blocks,
+    // merged), so that P = exp(S - lse) is this block's share of each row's softmax; rows whose
+    // lse is -INFINITY add nothing. dq and dkv may be one tensor (the q and the k, v columns of
+    // a dqkv (B,T,3C)); whole-sequence attention zeroes it first.
+    void (*attention_backward)(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout,
+                               loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
+                               loom_attn_span span);
+    // Merges the partial result (out_part, lse_part) of other keys into the running one (out,
+    // lse) of the same queries, as the online softmax does (Milakov & Gimelshein 2018):
+    //   L = log(e^lse + e^lse_part);  out = e^(lse - L) out + e^(lse_part - L) out_part;  lse = L
+    // (a side whose lse is -INFINITY weighs 0; a row with both -INFINITY stays 0, -INFINITY).
+    //   out, out_part (B,T,C); lse, lse_part (B,NH,T) fp32
+    void (*attention_merge)(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor out_part,
+                            loom_tensor lse_part, int NH);
 
     // GELU, tanh approximation (Hendrycks & Gimpel 2016), elementwise, any shape:
     //   out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

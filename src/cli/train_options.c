@@ -27,9 +27,8 @@ static loom_status validate_mesh(train_options *o, int world_size) {
     LOOM_TRY(check_positive("dp-replicate", r->dp_replicate));
     if (r->zero < 0 || r->zero > 3)
         return loom_fail(LOOM_EINVAL, "use --zero 0, 1, 2 or 3", "--zero must be 0, 1, 2 or 3, got %d", r->zero);
-    if (r->cp > 1)
-        return loom_fail(LOOM_EUNSUPPORTED, "use --cp 1; tensor and data parallelism are --tp and the ranks left over",
-                         "--cp %d: context parallelism is not in this version of loom", r->cp);
+    loom_cp_style style;
+    LOOM_TRY(loom_cp_style_parse(r->cp_style, &style));
     if (r->sp && r->tp == 1)
         return loom_fail(LOOM_EINVAL, "add --tp 2 or more: sequence parallelism splits rows over the tensor-parallel ranks",
                          "--sp needs --tp 2 or more, got --tp 1");
@@ -88,9 +87,10 @@ static loom_status validate(train_options *o, int world_size) {
     LOOM_TRY(check_nonneg("threads", r->threads));
     LOOM_TRY(validate_mesh(o, world_size));
     LOOM_TRY(check_nonneg("virtual-stages", r->virtual_stages));
-    if (r->pp > 1 && o->sample_every)
+    if ((r->pp > 1 || r->cp > 1) && o->sample_every)
         return loom_fail(LOOM_EUNSUPPORTED, "sample the saved model with 'loom sample --model DIR/model_S.bin'",
-                         "--sample-every: sampling during training under --pp %d is not in this version of loom", r->pp);
+                         "--sample-every: sampling during training under --%s %d is not in this version of loom",
+                         r->pp > 1 ? "pp" : "cp", r->pp > 1 ? r->pp : r->cp);
     if (r->global_batch == 0) r->global_batch = r->batch * o->dp;
     if (r->global_batch < 0 || r->global_batch % (r->batch * o->dp) != 0) {
         if (o->dp == 1)
@@ -134,7 +134,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
     *o = (train_options){.run = {.batch = 8, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .pp_schedule = "1f1b",
                                  .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                            .weight_decay = 0.1f, .grad_clip = 1.0f},
-                                 .device = "auto", .precision = "auto", .device_comm = "nccl"},
+                                 .device = "auto", .precision = "auto", .device_comm = "nccl", .cp_style = "ring"},
                          .model = "gpt2-mini", .steps = 100, .schedule = "cosine", .min_lr = -1, .seed = 1337,
                          .val_batches = 20, .sample_tokens = 64, .bucket_mb = 25, .recompute = "none",
                          .offload = ""};
@@ -183,7 +183,8 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"pp", FLAG_INT, &r->pp, "pipeline-parallel ranks: the blocks split into consecutive stages over them"},
         {"pp-schedule", FLAG_STR, &r->pp_schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev ('loom schedule' draws them)"},
         {"virtual-stages", FLAG_INT, &r->virtual_stages, "stages per pipeline rank of the interleaved schedule (0: the schedule's own)"},
-        {"cp", FLAG_INT, &r->cp, "context-parallel ranks (1 in this version)"},
+        {"cp", FLAG_INT, &r->cp, "context-parallel ranks: every sequence split over them, each holding 2 of 2 x cp chunks (the zigzag layout); --seq must divide by 2 x cp"},
+        {"cp-style", FLAG_STR, &r->cp_style, "context parallelism's attention: ring (keys/values passed around the ranks) or ulysses (all-to-all to heads; the heads per tp rank must divide by cp)"},
         {"device-comm", FLAG_STR, &r->device_comm, "collectives on GPU buffers: nccl, or mpi (staged through host memory, for ranks sharing a GPU)"},
         {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients), 3 (and parameters: FSDP)"},
         {"dp-replicate", FLAG_INT, &r->dp_replicate, "hybrid sharding (HSDP): the data-parallel ranks as this many replicas, ZeRO sharding within each"},

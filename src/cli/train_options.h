@@ -33,7 +33,7 @@ typedef struct {
 // Parses and validates argv for a run on `world_size` ranks. *help is set when --help was
 // given. Errors: LOOM_EINVAL with a message naming the flag and value (e.g. a global batch that
 // does not divide by data-parallel ranks x micro-batch, or ranks that do not fill the mesh);
-// LOOM_EUNSUPPORTED for --cp above 1 and for sampling during training with --pp above 1.
+// LOOM_EUNSUPPORTED for sampling during training with --pp or --cp above 1.
 loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help);
 
 // --offload LIST (comma-separated: optimizer, params, activations) into run->offload_*; call it

@@ -252,9 +252,10 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
     loom_backend *be = m->be;
     if (B < 1) return loom_fail(LOOM_EINVAL, "use --batch 1 or more", "batch size %d is below 1", B);
     if (T < 1) return loom_fail(LOOM_EINVAL, "use --seq 1 or more", "sequence length %d is below 1", T);
-    if (T > m->cfg.max_seq_len)
+    int64_t whole = m->cp.parts ? (int64_t)T / m->cp.parts * m->cp.chunks : T; // context parallelism: T is a share
+    if (whole > m->cfg.max_seq_len)
         return loom_fail(LOOM_EINVAL, "lower --seq to the model's maximum or below",
-                         "sequence length %d exceeds the model's maximum %d", T, m->cfg.max_seq_len);
+                         "sequence length %lld exceeds the model's maximum %d", (long long)whole, m->cfg.max_seq_len);
     if (T % m->row_shards != 0)
         return loom_fail(LOOM_EINVAL, "use a --seq divisible by --tp with --sp",
                          "sequence parallelism splits the rows over %d ranks, but the sequence length is %d",

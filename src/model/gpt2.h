@@ -107,6 +107,7 @@ typedef struct {
     int logits_chunk;        // rows of the output layer per chunk
     loom_hooks hooks;        // model/hooks.h
     loom_tp_points tp;       // model/hooks.h; all NULL on one device
+    loom_cp_points cp;       // model/hooks.h; parts 0 without context parallelism (set before loom_gpt2_alloc)
 } loom_gpt2;
 
 // Creates the whole model on one device with zeroed parameters on `be`. Errors: LOOM_EINVAL
@@ -130,8 +131,9 @@ void loom_gpt2_get_grads(loom_gpt2 *m, float *file);
 // A flat buffer of this object (num_elements of be->dtype, e.g. m->params) as host fp32.
 void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host);
 
-// Sizes `slots` activation slots for micro-batches of up to B x T tokens; training also
-// allocates the gradients (zeroed). Errors: LOOM_EINVAL if T exceeds the model's max_seq_len,
+// Sizes `slots` activation slots for micro-batches of up to B x T tokens (T: the rows of each
+// sequence this rank holds); training also allocates the gradients (zeroed). Errors: LOOM_EINVAL if
+// T (with context parallelism, the whole sequence's T / parts x chunks) exceeds the model's max_seq_len,
 // B, T < 1, the rows do not split evenly under sequence parallelism (T % tp_size), or a split
 // backward is asked with full recomputation or offloaded activations; LOOM_ENOMEM.
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training);

@@ -1,18 +1,20 @@
 // GPT-2's forward and backward passes over one stage; see gpt2.h. The forward pass, block by
 // block (shapes of this shard: Nl residual rows, N all rows, Cl the shard's width):
 //
-//   x = wte[tokens] + wpe[0:T]                                   (Nl,C)   reduce over tp
+//   x = wte[tokens] + wpe[positions]                             (Nl,C)   reduce over tp
 //   for each block l:
 //     ln1       = gather(ln1(x))                                  (N,C)
 //     qkv       = ln1 @ qkvw^T + qkvb                             (B,T,3Cl) column-parallel
-//     atty      = causal_attention(qkv)                           (B,T,Cl)  this shard's heads
+//     atty      = causal_attention(qkv)                           (B,T,Cl)  this shard's heads; with
+//                                                                           context parallelism its point
 //     residual2 = x + reduce(atty @ attprojw^T + attprojb)        (Nl,C)    row-parallel; add fused with ln2
 //     fch       = gather(ln2(residual2)) @ fcw^T + fcb            (N,4Cl)   column-parallel, GELU fused in
 //     x         = residual2 + reduce(gelu(fch) @ fcprojw^T + fcprojb)  (Nl,C) (= residual3)
 //   logits = gather(lnf(x)) @ wte^T                               (N,Vl)    vocabulary-parallel
 //   loss   = mean cross-entropy over the first V logits
 //
-// gather and reduce are the tensor-parallel points of model/hooks.h (the identity on one device).
+// gather and reduce are the tensor-parallel points of model/hooks.h (the identity on one device);
+// positions are 0..T-1, or under context parallelism each block of rows' own (model/hooks.h).
 #include "model/gpt2_internal.h"
 
 #include <string.h>
@@ -45,6 +47,58 @@ static void tp_reduce(loom_gpt2 *m, loom_tensor local, loom_tensor full) {
     if (m->tp.reduce) m->tp.reduce(m->tp.ctx, local, full);
 }
 
+// The blocks of a micro-batch's rows (model/hooks.h): one of whole sequences at position 0, or
+// context parallelism's parts. Block k is rows [k B Tb, (k+1) B Tb) at positions from pos[k].
+static int row_blocks(const loom_gpt2 *m, const gpt2_views *v, int64_t *Tb, int64_t *pos) {
+    int parts = m->cp.parts ? m->cp.parts : 1;
+    *Tb = v->T / parts;
+    for (int k = 0; k < parts; k++) pos[k] = m->cp.parts ? m->cp.chunk[k] * *Tb : 0;
+    return parts;
+}
+
+// wpe (maxT,C) from row `pos`: the position embeddings of a block
+static loom_tensor wpe_from(loom_tensor wpe, int64_t pos) {
+    return LOOM_VIEW((char *)wpe.data + (size_t)(pos * wpe.shape[1]) * loom_dtype_size(wpe.dtype), wpe.dtype,
+                     wpe.shape[0] - pos, wpe.shape[1]);
+}
+
+// out (N,C) = wte[tokens] + wpe[positions] (this shard's vocabulary rows), block by block
+static void embed_forward(loom_gpt2 *m, const gpt2_views *v, loom_tensor out) {
+    int64_t Tb, pos[LOOM_CP_MAX_PARTS];
+    int32_t *tok = v->a.tokens.data;
+    for (int k = 0, parts = row_blocks(m, v, &Tb, pos); k < parts; k++)
+        m->be->encoder_forward(m->be, loom_row_slice(&out, k * v->B * Tb, (k + 1) * v->B * Tb),
+                               LOOM_VIEW(tok + k * v->B * Tb, LOOM_I32, v->B, Tb), m->p[m->wte],
+                               wpe_from(m->p[m->wpe], pos[k]), m->vocab_start);
+}
+
+// dwte +=, dwpe += from dout (N,C), block by block
+static void embed_backward(loom_gpt2 *m, const gpt2_views *v, loom_tensor dout) {
+    int64_t Tb, pos[LOOM_CP_MAX_PARTS];
+    int32_t *tok = v->a.tokens.data;
+    for (int k = 0, parts = row_blocks(m, v, &Tb, pos); k < parts; k++)
+        m->be->encoder_backward(m->be, m->g[m->wte], wpe_from(m->g[m->wpe], pos[k]),
+                                loom_row_slice(&dout, k * v->B * Tb, (k + 1) * v->B * Tb),
+                                LOOM_VIEW(tok + k * v->B * Tb, LOOM_I32, v->B, Tb), m->vocab_start);
+}
+
+// Causal attention of the chunk's sequences: the backend's, or context parallelism's point.
+static void attention_forward(loom_gpt2 *m, loom_tensor out, loom_tensor lse, loom_tensor qkv) {
+    if (m->cp.attention_forward) m->cp.attention_forward(m->cp.ctx, out, lse, qkv, m->NH);
+    else m->be->attention_forward(m->be, out, lse, qkv, qkv, m->NH, LOOM_ATTN_CAUSAL);
+}
+
+// dqkv = its gradient (the backend's op adds: into zeros)
+static void attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv, loom_tensor out,
+                               loom_tensor lse) {
+    if (m->cp.attention_backward) {
+        m->cp.attention_backward(m->cp.ctx, dqkv, dout, qkv, out, lse, m->NH);
+        return;
+    }
+    m->be->zero(m->be, dqkv.data, loom_nbytes(&dqkv));
+    m->be->attention_backward(m->be, dqkv, dqkv, dout, qkv, qkv, out, lse, m->NH, LOOM_ATTN_CAUSAL);
+}
+
 // Where the partial products of a layer whose reduced rows go to `local` are summed: local
 // itself when it holds all rows, else the shared (N,C) scratch.
 static loom_tensor partial(const gpt2_views *v, loom_tensor local) {
@@ -69,7 +123,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
                           gpt2_param(m, l, B_LN1W), gpt2_param(m, l, B_LN1B));
     tp_gather(m, ln1, gpt2_mine(m, v, ln1));
     be->matmul_forward(be, qkv, ln1, gpt2_param(m, l, B_QKVW), gpt2_param(m, l, B_QKVB));
-    be->attention_forward(be, atty, layer(&a->att_lse, i), qkv, m->NH);
+    attention_forward(m, atty, layer(&a->att_lse, i), qkv);
     be->matmul_forward(be, partial(v, out), atty, gpt2_param(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
     tp_reduce(m, out, partial(v, out));
     be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), layer(&a->ln2_mean, i),
@@ -147,7 +201,7 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     keep(m, d.attproj, v->dfull);
     be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
                         v->dfull, atty, gpt2_param(m, l, B_ATTPROJW));
-    be->attention_backward(be, d.qkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i), m->NH);
+    attention_backward(m, d.qkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i));
     be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, all ? gpt2_grad(m, l, B_QKVB) : none, d.qkv,
                         layer(&a->ln1, i), gpt2_param(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
@@ -164,7 +218,7 @@ static void forward_body(loom_gpt2 *m, const gpt2_views *v, loom_tensor input) {
     if (v->embed) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, -1);
         loom_tensor x = v->a.encoded;
-        be->encoder_forward(be, partial(v, x), v->a.tokens, m->p[m->wte], m->p[m->wpe], m->vocab_start);
+        embed_forward(m, v, partial(v, x));
         tp_reduce(m, x, partial(v, x));
     } else {
         LOOM_CHECK(loom_numel(&input) == loom_numel(&v->a.encoded));
@@ -281,7 +335,7 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
     if (v.embed) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
         tp_gather(m, v.dfull, v.dres);
-        be->encoder_backward(be, m->g[m->wte], m->g[m->wpe], v.dfull, v.a.tokens, m->vocab_start);
+        embed_backward(m, &v, v.dfull);
         loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, -1);
         din = no_tensor();
     }
@@ -297,7 +351,7 @@ void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *lo
     memcpy(padded, tokens, (size_t)T * sizeof(int32_t));
     loom_gpt2_set_batch(m, 0, padded, NULL, 1, Tp);
     free(padded);
-    LOOM_CHECK(m->layout.stage.num_chunks == 1 && m->layout.stage.embed && m->layout.stage.head);
+    LOOM_CHECK(m->layout.stage.num_chunks == 1 && m->layout.stage.embed && m->layout.stage.head && !m->cp.parts);
     gpt2_views v = gpt2_views_of(m, 0, 0);
     forward_body(m, &v, no_tensor());
     loom_tensor last = loom_row_slice(&v.a.lnf, T - 1, T);

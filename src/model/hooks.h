@@ -26,6 +26,17 @@
 //       columns [vocab_start, vocab_start + Vl) of the padded vocabulary;
 //   gather_vocab: a row of local logits (1,Vl) into all Vp logits on the host (sampling).
 // With no points set (one device) every point is the identity and the fused op computes the loss.
+//
+// Context-parallel points (ring attention, Liu et al. 2023; DeepSpeed-Ulysses, Jacobs et al.
+// 2023): the sequences of a micro-batch are split into `chunks` equal chunks and this rank holds
+// `parts` of them. Its T rows per sequence are then `parts` blocks of (B, T/parts) rows (all B
+// sequences' first chunk, then their second, ...), block k holding positions
+// [chunk[k] T/parts, (chunk[k] + 1) T/parts) of each sequence: the model embeds each block at
+// its positions, and attention, the one layer that needs the other chunks, goes through
+//   attention_forward(out (B,T,Cl), lse, qkv (B,T,3Cl), NHl): the attention of the local queries
+//       over the whole sequences; lse is (B,NHl,T) fp32 storage the point may use as it likes
+//   attention_backward(dqkv (B,T,3Cl) =, dout, qkv, out, lse, NHl): from what the forward left
+// Unset (parts 0): whole sequences, and the backend's causal attention.
 #pragma once
 #include "core/tensor.h"
 
@@ -58,3 +69,13 @@ typedef struct {
     // logits (1,Vl) -> host (Vp) fp32
     void (*gather_vocab)(void *ctx, float *host, loom_tensor logits);
 } loom_tp_points;
+
+enum { LOOM_CP_MAX_PARTS = 2 };
+typedef struct {
+    void *ctx;
+    int parts, chunks;
+    int chunk[LOOM_CP_MAX_PARTS];
+    void (*attention_forward)(void *ctx, loom_tensor out, loom_tensor lse, loom_tensor qkv, int NH);
+    void (*attention_backward)(void *ctx, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv, loom_tensor out,
+                               loom_tensor lse, int NH);
+} loom_cp_points;

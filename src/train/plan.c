@@ -33,11 +33,15 @@ static loom_status plan_of(const loom_trainer *t, const loom_gpt2_config *cfg, c
     m->offload_activations = c->offload_activations;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
     m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);
-    size_t host_acts, acts = loom_gpt2_activation_bytes(m, c->batch, t->st.seq_len, true, &host_acts);
+    size_t host_acts, acts = loom_gpt2_activation_bytes(m, c->batch, loom_train_seq_rows(t), true, &host_acts);
+    loom_cp_style style = LOOM_CP_RING;
+    loom_status s = c->cp_style ? loom_cp_style_parse(c->cp_style, &style) : LOOM_OK;
+    if (s == LOOM_OK && c->cp > 1) // its travelling keys and values (ring) or all-to-all buffers (Ulysses)
+        acts += loom_cp_plan_bytes(style, c->cp, c->batch, t->st.seq_len, cfg->channels / c->tp, m->NH, be->dtype);
     size_t es = loom_dtype_size(be->dtype), P = (size_t)m->num_elements * es, dp_bytes;
     int64_t state_n;
     bool replicas = loom_mesh_size(t->mesh, LOOM_GROUP_REPLICATE) > 1;
-    loom_status s = loom_dp_plan(&m->table, W, replicas, be->dtype, c->zero, c->bucket_mb, &dp_bytes, &state_n);
+    if (s == LOOM_OK) s = loom_dp_plan(&m->table, W, replicas, be->dtype, c->zero, c->bucket_mb, &dp_bytes, &state_n);
     if (s == LOOM_OK) {
         bool master = be->dtype != LOOM_F32 || c->offload_optimizer;
         size_t state = (size_t)state_n * sizeof(float) * (master ? 3 : 2);

@@ -34,12 +34,12 @@ static double sumsq(const loom_param_table *table, const float *flat, bool repli
     return total;
 }
 
-// Every data-parallel replica holds the same parameters (replicated, or gathered after ZeRO's
+// Every data-parallel replica and context-parallel rank holds the same parameters (replicated, or gathered after ZeRO's
 // update), every tp rank the same replicated tensors, and the two ends of a pipeline the same
 // tied embedding: their sums of squares, computed in a fixed order, must agree bit for bit.
 static loom_status check_replicas(loom_trainer *t, const float *flat) {
     const loom_gpt2 *m = t->model;
-    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP], sumsq(&m->table, flat, false), "parameters"));
+    LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_DP_CP], sumsq(&m->table, flat, false), "parameters"));
     LOOM_TRY(same_over(t, t->mesh->host[LOOM_GROUP_TP], sumsq(&m->table, flat, true), "replicated tensors"));
     if (m->layout.stage.embed == m->layout.stage.head) return LOOM_OK;
     return same_over(t, t->mesh->host[LOOM_GROUP_EMBED], tensor_sumsq(&m->table.params[m->wte], flat), "tied embeddings");

@@ -4,13 +4,28 @@
 
 #include <math.h>
 
+// ---- context parallelism: a micro-batch's tokens are this rank's chunks of its sequences ----
+static void cp_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
+    loom_trainer *t = ctx;
+    t->cp_data(t->cp_data_ctx, index, inputs, targets);
+    loom_cp_take_chunks(t->cp, inputs);
+    loom_cp_take_chunks(t->cp, targets);
+}
+
+// The batch function a step reads: *batch, or with context parallelism cp_batch over it.
+static void wrap_batch(loom_trainer *t, loom_batch_fn *batch, void **ctx) {
+    if (!t->cp) return;
+    t->cp_data = *batch, t->cp_data_ctx = *ctx;
+    *batch = cp_batch, *ctx = t;
+}
+
 // ---- the model as the pipeline executor drives it ----
 static void pipe_load(void *ctx, int slot, int mb, int stage) {
     loom_trainer *t = ctx;
     const loom_pp_schedule *s = t->schedule;
     t->batch(t->batch_ctx, t->batch_first + (uint64_t)mb, t->inputs, t->targets);
     loom_gpt2_set_batch(t->model, slot, stage == 0 ? t->inputs : NULL, stage == s->S - 1 ? t->targets : NULL,
-                        t->cfg.batch, t->st.seq_len);
+                        t->cfg.batch, loom_train_seq_rows(t));
 }
 
 static loom_tensor pipe_forward(void *ctx, int slot, int chunk, loom_tensor input, bool backward, double *loss) {
@@ -47,7 +62,8 @@ static loom_status pipeline_sync(loom_trainer *t) {
 loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {
     const loom_train_config *c = &t->cfg;
     loom_gpt2 *m = t->model;
-    int A = t->grad_accum, B = c->batch, T = t->st.seq_len;
+    int A = t->grad_accum, B = c->batch, T = loom_train_seq_rows(t);
+    wrap_batch(t, &batch, &ctx);
     uint64_t first = (uint64_t)t->st.step * (uint64_t)(c->global_batch / B) + (uint64_t)t->dp_rank * (uint64_t)A;
     double t0 = loom_now();
     loom_gpt2_zero_grads(m);
@@ -58,6 +74,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
         loom_dp_begin_micro_batch(t->dp, m->grads, true, false);
         LOOM_TRY(loom_pp_run(t->pipe, t->timed, &sum));
         if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+        if (t->cp) LOOM_TRY(loom_cp_error(t->cp));
         if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
         LOOM_TRY(pipeline_sync(t));
         LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_PP], &sum, 1, LOOM_F64, LOOM_SUM, NULL)); // the last stage's
@@ -68,11 +85,12 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
             loom_dp_begin_micro_batch(t->dp, m->grads, a == 0, loom_dp_syncs(t->dp, a, A));
             sum += loom_gpt2_forward_backward(m, t->inputs, t->targets, B, T, 1.0f / (float)A);
             if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+            if (t->cp) LOOM_TRY(loom_cp_error(t->cp));
             if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
             LOOM_TRY(loom_dp_end_micro_batch(t->dp));
         }
-    out->loss = sum / A;
-    LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP], &out->loss, 1, LOOM_F64, LOOM_AVG, NULL));
+    out->loss = sum / A; // each cp rank's is the mean over its chunks: the average is the sequences'
+    LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP_CP], &out->loss, 1, LOOM_F64, LOOM_AVG, NULL));
     if (t->timed) t->be->synchronize(t->be);
     t->time_fwd_bwd = loom_now() - t0;
     double sumsq;
@@ -106,6 +124,7 @@ loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loo
 
 loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int n, double *loss) {
     double sum = 0;
+    wrap_batch(t, &batch, &ctx);
     t->batch = batch, t->batch_ctx = ctx, t->batch_first = 0;
     int rounds = (n + t->dp_size - 1) / t->dp_size;
     for (int j = 0; j < rounds; j++) {
@@ -117,14 +136,15 @@ loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int
         if (t->pipe) LOOM_TRY(loom_pp_forward(t->pipe, b, &l));
         else {
             batch(ctx, (uint64_t)b, t->inputs, t->targets);
-            l = loom_gpt2_loss(t->model, t->inputs, t->targets, t->cfg.batch, t->st.seq_len);
+            l = loom_gpt2_loss(t->model, t->inputs, t->targets, t->cfg.batch, loom_train_seq_rows(t));
         }
         sum += i < n ? l : 0;
         if (t->tp) LOOM_TRY(loom_tp_error(t->tp));
+        if (t->cp) LOOM_TRY(loom_cp_error(t->cp));
         if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
     }
-    LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));
+    LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP_CP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));
     if (t->pipe) LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_PP], &sum, 1, LOOM_F64, LOOM_SUM, NULL));
-    *loss = sum / n;
+    *loss = sum / n / t->mesh->size[LOOM_AXIS_CP]; // each cp rank's loss covers its chunks
     return LOOM_OK;
 }

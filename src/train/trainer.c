@@ -124,9 +124,16 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     m->offload_activations = c->offload_activations;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
     m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);
-    LOOM_TRY(loom_gpt2_alloc(m, c->batch, t->st.seq_len, true));
+    if (c->cp > 1) { // before the activations, which then hold T / cp rows per sequence
+        loom_cp_style style = LOOM_CP_RING;
+        if (c->cp_style) LOOM_TRY(loom_cp_style_parse(c->cp_style, &style));
+        LOOM_TRY(loom_cp_create(&t->cp, mesh->dev[LOOM_GROUP_CP], t->be, style, c->batch, t->st.seq_len,
+                                cfg->channels / c->tp, m->NH));
+        loom_cp_attach(t->cp, &m->cp);
+    }
+    LOOM_TRY(loom_gpt2_alloc(m, c->batch, loom_train_seq_rows(t), true));
     if (t->schedule) {
-        int64_t rows = (int64_t)c->batch * t->st.seq_len / m->row_shards;
+        int64_t rows = (int64_t)c->batch * loom_train_seq_rows(t) / m->row_shards;
         LOOM_TRY(loom_pp_create(&t->pipe, t->schedule, t->pp_rank, mesh->dev[LOOM_GROUP_PP], t->be,
                                 rows * cfg->channels, loom_train_pipeline_model(t)));
         loom_hooks_add(&m->hooks, LOOM_HOOK_FORWARD, loom_pp_progress, t->pipe);
@@ -262,6 +269,7 @@ void loom_trainer_free(loom_trainer *t) {
     loom_pp_free(t->pipe);
     loom_pp_schedule_free(t->schedule);
     loom_tp_free(t->tp);
+    loom_cp_free(t->cp);
     loom_gpt2_free(t->model);
     loom_mesh_free(t->mesh); // before the backend: NCCL groups wait on its stream
     loom_backend_destroy(t->be);
@@ -274,7 +282,7 @@ void loom_trainer_memory(const loom_trainer *t, loom_train_memory *mem) {
     size_t shard = t->fsdp ? (size_t)loom_fsdp_shard_elements(t->fsdp) * es : 0;
     size_t state = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
     *mem = (loom_train_memory){.params_grads = 2 * pbytes + loom_dp_memory_bytes(t->dp), // the model's, the grad shard's
-                               .activations = model - (t->fsdp ? 0 : 2 * pbytes),
+                               .activations = model - (t->fsdp ? 0 : 2 * pbytes) + (t->cp ? loom_cp_memory_bytes(t->cp) : 0),
                                .optimizer = t->cfg.offload_optimizer ? 0 : state,
                                .offloaded = acts_host + (t->cfg.offload_optimizer ? state : 0)};
     if (t->fsdp) { // the parameter shard and the unit buffers instead of the model's

@@ -6,12 +6,13 @@
 // A step over the global batch (G sequences of B x T tokens), on a rank with data-parallel
 // index d of D and A = G / (D B) micro-batches:
 //   for a in 0..A-1:   micro-batch index step x G/B + d x A + a of the data order (every rank of
-//                      a tensor-parallel group reads the same); forward and backward, the
-//                      gradient reductions starting from the model's hooks
+//                      a tensor-parallel group reads the same; with cp > 1 each rank of a
+//                      context-parallel group keeps its two chunks of every sequence); forward
+//                      and backward, the gradient reductions starting from the model's hooks
 //   with pp > 1:       the A micro-batches run through the pipeline schedule's actions instead
 //                      (parallel/pipeline.h); then the tied embedding's two copies' gradients
 //                      are summed over the embedding group and the gradients are reduced once
-//   loss:              the last stage's, averaged over the data-parallel ranks
+//   loss:              the last stage's, averaged over the data-parallel (x context-parallel) ranks
 //   gradient norm:     summed over data-parallel pieces and model-parallel ranks, each parameter
 //                      once; clipping by it
 //   AdamW on this rank's state, the updated parameters gathered (ZeRO 1/2; ZeRO 3 keeps them
@@ -24,6 +25,7 @@
 #include "model/gpt2.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/fsdp.h"
 #include "parallel/mesh.h"
@@ -38,6 +40,7 @@ typedef struct {
     int batch, seq;          // micro-batch B (sequences) and sequence length T (0: the model's maximum)
     int global_batch;        // sequences per optimizer step over all data-parallel ranks
     int tp, pp, cp;          // mesh degrees (dp is what the world leaves)
+    const char *cp_style;    // with cp > 1: "ring" (NULL) or "ulysses" (parallel/context_parallel.h)
     int dp_replicate;        // hybrid sharding: dp in this many replicas, sharded within each (0 or 1: none)
     const char *pp_schedule; // with pp > 1: parallel/pipeline_schedule.h's names (NULL: "1f1b")
     int virtual_stages;      // stages per rank of the interleaved schedule (0: the schedule's own)
@@ -67,6 +70,9 @@ typedef struct {
     loom_backend *be;
     loom_gpt2 *model;          // this rank's stage and tensor-parallel shard
     loom_tp *tp;               // tensor parallelism (NULL with tp 1)
+    loom_cp *cp;               // context parallelism (NULL with cp 1)
+    loom_batch_fn cp_data;     // with cp: the data the step's batch function wraps
+    void *cp_data_ctx;
     loom_pp_schedule *schedule; // pipeline parallelism (both NULL with pp 1)
     loom_pp *pipe;
     int pp_rank;               // this rank's pipeline stage

@@ -61,7 +61,8 @@ static void test_attention(t_shape s) {
     float *rout = t_nans((size_t)n), *rlse = t_nans((size_t)nl);
     t_be->attention_forward(t_be, LOOM_VIEW(out, F32, s.B, s.T, s.C),
                             LOOM_VIEW(lse, F32, s.B, s.NH, s.T),
-                            LOOM_VIEW(qkv, F32, s.B, s.T, 3 * s.C), s.NH);
+                            LOOM_VIEW(qkv, F32, s.B, s.T, 3 * s.C), LOOM_VIEW(qkv, F32, s.B, s.T, 3 * s.C),
+                            s.NH, LOOM_ATTN_CAUSAL);
     ref_attention_forward(rout, rlse, qkv, s.B, s.T, s.C, s.NH);
     check("attention out", out, rout, (size_t)n, s);
     check("attention lse", lse, rlse, (size_t)nl, s);

@@ -106,19 +106,20 @@ typedef struct {
 
 static double at_loss(void *p) {
     at_ctx *c = p;
-    t_be->attention_forward(t_be, c->out, c->lse, c->qkv, c->NH);
+    t_be->attention_forward(t_be, c->out, c->lse, c->qkv, c->qkv, c->NH, LOOM_ATTN_CAUSAL);
     return t_dot(c->out.data, c->R, (size_t)loom_numel(&c->out));
 }
 
 static void test_attention(t_shape s) {
     int n = s.B * s.T * s.C;
     float *qkv = t_randn((size_t)(3 * n), 1), *out = t_nans((size_t)n), *R = t_randn((size_t)n, 1);
-    float *lse = t_nans((size_t)(s.B * s.NH * s.T)), *dqkv = t_nans((size_t)(3 * n));
+    float *lse = t_nans((size_t)(s.B * s.NH * s.T)), *dqkv = loom_xcalloc((size_t)(3 * n), sizeof(float));
     at_ctx c = {LOOM_VIEW(out, F32, s.B, s.T, s.C), LOOM_VIEW(lse, F32, s.B, s.NH, s.T),
                 LOOM_VIEW(qkv, F32, s.B, s.T, 3 * s.C), s.NH, R};
     at_loss(&c);
-    t_be->attention_backward(t_be, LOOM_VIEW(dqkv, F32, s.B, s.T, 3 * s.C),
-                             LOOM_VIEW(R, F32, s.B, s.T, s.C), c.qkv, c.out, c.lse, s.NH);
+    loom_tensor dqkv_v = LOOM_VIEW(dqkv, F32, s.B, s.T, 3 * s.C); // += into zeros
+    t_be->attention_backward(t_be, dqkv_v, dqkv_v, LOOM_VIEW(R, F32, s.B, s.T, s.C), c.qkv, c.qkv, c.out, c.lse,
+                             s.NH, LOOM_ATTN_CAUSAL);
     gradcheck("attention qkv", at_loss, &c, qkv, dqkv, (size_t)(3 * n));
     free(qkv), free(out), free(R), free(lse), free(dqkv);
 }

@@ -63,9 +63,11 @@ static void run_attention(void *p) {
     th_bufs *b = p;
     loom_tensor out = LOOM_VIEW(b->out, F32, B, T, AC), lse = LOOM_VIEW(b->lse, F32, B, NH, T);
     loom_tensor qkv = LOOM_VIEW(b->qkv, F32, B, T, 3 * AC);
-    t_be->attention_forward(t_be, out, lse, qkv, NH);
-    t_be->attention_backward(t_be, LOOM_VIEW(b->dqkv, F32, B, T, 3 * AC),
-                             LOOM_VIEW(b->dy, F32, B, T, AC), qkv, out, lse, NH);
+    loom_tensor dqkv = LOOM_VIEW(b->dqkv, F32, B, T, 3 * AC);
+    t_be->attention_forward(t_be, out, lse, qkv, qkv, NH, LOOM_ATTN_CAUSAL);
+    memset(b->dqkv, 0, 3 * B * T * AC * sizeof(float)); // the backward adds into it
+    t_be->attention_backward(t_be, dqkv, dqkv, LOOM_VIEW(b->dy, F32, B, T, AC), qkv, qkv, out, lse, NH,
+                             LOOM_ATTN_CAUSAL);
 }
 
 static void run_sumsq(void *p) {

@@ -1,155 +1,20 @@
-// Every op of the CUDA backend against the CPU backend (the fp32 reference) on fresh random
-// inputs, in fp32 mode (within 1e-5, norm-relative) and bf16 mode (within 1e-2, against the CPU
-// run on the same bf16-rounded inputs). Shapes include ragged ones (T not a multiple of the
-// attention tiles, N and OC not multiples of anything) and head sizes 8, 16, 32, 64 (with
-// gpt2-xl's 25 heads) and 128, T up to 1024. Outputs that an op overwrites are poisoned with
-// NaN first, so an element it fails to write fails the comparison; "+=" outputs start random.
-// Exit 77 (ctest: skipped) when the machine has no CUDA device. LOOM_CUDA_TEST_QUICK=1 runs
-// the small shapes only (for compute-sanitizer). LOOM_CUDA_DEBUG=1 makes the backend say when
-// an op takes a fallback path.
-#include "harness.h"
+// Every op of the CUDA backend but attention (test_cuda_attention.c) against the CPU backend
+// (the fp32 reference) on fresh random inputs, in fp32 mode (within 1e-5, norm-relative) and bf16
+// mode (within 1e-2, against the CPU run on the same bf16-rounded inputs). Shapes include ragged
+// ones (T not a multiple of the tiles, N and OC not multiples of anything) and head sizes 8, 16,
+// 32, 64 (with gpt2-xl's 25 heads) and 128, T up to 1024. Outputs that an op overwrites are
+// poisoned with NaN first, so an element it fails to write fails the comparison; "+=" outputs
+// start random. Exit 77 (ctest: skipped) when the machine has no CUDA device.
+// LOOM_CUDA_TEST_QUICK=1 runs the small shapes only (for compute-sanitizer). LOOM_CUDA_DEBUG=1
+// makes the backend say when an op takes a fallback path.
+#include "cuda_test.h"
 
-#include "backend/backend.h"
-#include "backend/ref.h"
-
-#include <stdbool.h>
-#include <string.h>
-
-#define F32 LOOM_F32
-#define I32 LOOM_I32
-
-typedef struct {
-    int B, T, C, NH;
-} shape;
 static const shape SHAPES[] = {
     {1, 1, 8, 1},   {2, 7, 48, 3},    {2, 33, 64, 2},     {1, 129, 256, 4},  {2, 65, 256, 2},
     {1, 300, 96, 12}, {1, 200, 1600, 25}, {2, 1000, 192, 3}, {1, 1024, 128, 1}, {1, 1024, 768, 12},
 };
 #define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
 #define NQUICK 5
-
-static loom_backend *cpu, *gpu; // gpu: the CUDA backend of the mode under test
-static loom_dtype dt;           // its dtype (parameters, activations, gradients)
-static double tol;
-
-// ---- bf16 on the host (round to nearest even) ----
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-// ---- a host array (what the CPU backend reads and writes) and its device copy ----
-typedef struct {
-    float *h;
-    void *d;
-    size_t n;
-    loom_dtype dt;
-} buf;
-#define HV(b, ...) LOOM_VIEW((b).h, F32, __VA_ARGS__)
-#define DV(b, ...) LOOM_VIEW((b).d, (b).dt, __VA_ARGS__)
-
-static void upload_as(void *d, const float *x, size_t n, loom_dtype d_dt) {
-    if (d_dt == LOOM_BF16) {
-        uint16_t *h = loom_xmalloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) h[i] = f2bf(x[i]);
-        gpu->upload(gpu, d, h, n * 2);
-        free(h);
-    } else {
-        gpu->upload(gpu, d, x, n * 4);
-    }
-}
-
-static void download_as(float *x, const void *d, size_t n, loom_dtype d_dt) {
-    if (d_dt == LOOM_BF16) {
-        uint16_t *h = loom_xmalloc(n * 2 + 2);
-        gpu->download(gpu, h, d, n * 2);
-        for (size_t i = 0; i < n; i++) x[i] = bf2f(h[i]);
-        free(h);
-    } else {
-        gpu->download(gpu, x, d, n * 4);
-    }
-}
-
-// x rounded to d's precision, on the host and on the device
-static buf b_from(const float *x, size_t n, loom_dtype d) {
-    buf b = {loom_xmalloc(n * 4 + 4), gpu->alloc(gpu, n * loom_dtype_size(d)), n, d};
-    LOOM_CHECK(b.d);
-    for (size_t i = 0; i < n; i++) b.h[i] = d == LOOM_BF16 ? bf2f(f2bf(x[i])) : x[i];
-    upload_as(b.d, b.h, n, d);
-    return b;
-}
-static buf b_randn(size_t n, float scale, loom_dtype d) {
-    float *x = loom_xmalloc(n * 4 + 4);
-    t_fill_normal(x, n, scale);
-    buf b = b_from(x, n, d);
-    free(x);
-    return b;
-}
-static buf b_nans(size_t n, loom_dtype d) {
-    float *x = loom_xmalloc(n * 4 + 4);
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    buf b = b_from(x, n, d);
-    free(x);
-    return b;
-}
-static void b_free(buf *b) {
-    free(b->h);
-    gpu->free(gpu, b->d);
-}
-static int32_t *d_ints(const int32_t *x, size_t n) {
-    int32_t *d = gpu->alloc(gpu, n * 4);
-    LOOM_CHECK(d);
-    gpu->upload(gpu, d, x, n * 4);
-    return d;
-}
-
-// ---- comparison, and the worst error per op and mode for the summary ----
-#define MAX_OPS 64
-static struct {
-    const char *name;
-    double worst[2];
-} errs[MAX_OPS];
-static int nerrs;
-
-static void record(const char *what, double e) {
-    int i = 0;
-    while (i < nerrs && strcmp(errs[i].name, what) != 0) i++;
-    if (i == nerrs) {
-        LOOM_CHECK(nerrs < MAX_OPS);
-        errs[nerrs++].name = what;
-    }
-    double *w = &errs[i].worst[dt == LOOM_BF16];
-    if (e > *w || e != e) *w = e;
-}
-
-// got (n) against want, relative to max |want|, or to `scale` when it is positive (for a
-// result whose rounding error follows another tensor's size)
-static void check_values(const char *what, const float *got, const float *want, size_t n, double scale,
-                         shape s) {
-    double e = t_max_rel_err(got, want, n) * (scale > 0 ? t_max_abs(want, n) / scale : 1);
-    record(what, e);
-    T_ASSERT(e < tol, "%s %s B=%d T=%d C=%d NH=%d: rel err %.3g", dt == LOOM_BF16 ? "bf16" : "fp32",
-             what, s.B, s.T, s.C, s.NH, e);
-}
-
-// the device result of b against the CPU result in b.h, as check_values
-static void check_scaled(const char *what, buf b, double scale, shape s) {
-    float *got = loom_xmalloc(b.n * 4 + 4);
-    download_as(got, b.d, b.n, b.dt);
-    check_values(what, got, b.h, b.n, scale, s);
-    free(got);
-}
-
-static void check(const char *what, buf b, shape s) { check_scaled(what, b, 0, s); }
 
 static void test_memory(void) {
     size_t n = 1000;
@@ -167,6 +32,11 @@ static void test_memory(void) {
     T_ASSERT(memcmp(x, y, n * 4) == 0, "upload/copy/download changed the data");
     gpu->download(gpu, y, d, n * 4);
     T_ASSERT(y[0] == 0 && y[n / 2 - 1] == 0 && y[n / 2] == x[n / 2], "zero wrote the wrong range");
+    gpu->copy_2d(gpu, d, 12, e, 40, 8, 20); // rows of 8 bytes: every 10th float pair into every 3rd
+    gpu->download(gpu, y, d, n * 4);
+    bool strided = true;
+    for (int r = 0; r < 20; r++) strided = strided && y[3 * r] == x[10 * r] && y[3 * r + 1] == x[10 * r + 1];
+    T_ASSERT(strided && y[2] == 0, "copy_2d moved the wrong bytes");
     gpu->synchronize(gpu);
     gpu->free(gpu, d), gpu->free(gpu, e), free(x), free(y);
 }
@@ -259,25 +129,6 @@ static void test_matmul(shape s, bool ragged) {
     gpu->matmul_backward(gpu, none, DV(dw2, OC, C), none, DV(dout, N, OC), DV(x, N, C), DV(w, OC, C));
     check("matmul dw += (no dinp, dbias)", dw2, s);
     buf *all[] = {&x, &w, &bias, &out, &dout, &dinp, &dw, &dbias, &dw2};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
-}
-
-static void test_attention(shape s) {
-    size_t n = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
-    buf qkv = b_randn(3 * n, 1.5f, dt), out = b_nans(n, dt), lse = b_nans(nl, F32);
-    cpu->attention_forward(cpu, HV(out, s.B, s.T, s.C), HV(lse, s.B, s.NH, s.T), HV(qkv, s.B, s.T, 3 * s.C), s.NH);
-    gpu->attention_forward(gpu, DV(out, s.B, s.T, s.C), DV(lse, s.B, s.NH, s.T), DV(qkv, s.B, s.T, 3 * s.C), s.NH);
-    check("attention out", out, s);
-    check("attention lse", lse, s);
-    // backward from the CPU's forward results (out rounded to the mode's dtype)
-    buf o = b_from(out.h, n, dt), l = b_from(lse.h, nl, F32);
-    buf dout = b_randn(n, 1, dt), dqkv = b_nans(3 * n, dt);
-    cpu->attention_backward(cpu, HV(dqkv, s.B, s.T, 3 * s.C), HV(dout, s.B, s.T, s.C), HV(qkv, s.B, s.T, 3 * s.C),
-                            HV(o, s.B, s.T, s.C), HV(l, s.B, s.NH, s.T), s.NH);
-    gpu->attention_backward(gpu, DV(dqkv, s.B, s.T, 3 * s.C), DV(dout, s.B, s.T, s.C), DV(qkv, s.B, s.T, 3 * s.C),
-                            DV(o, s.B, s.T, s.C), DV(l, s.B, s.NH, s.T), s.NH);
-    check("attention dqkv", dqkv, s);
-    buf *all[] = {&qkv, &out, &lse, &o, &l, &dout, &dqkv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
@@ -517,7 +368,6 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_layernorm(s);
         test_matmul(s, false);
         test_matmul(s, true);
-        test_attention(s);
         test_elementwise(s);
         test_fused(s);
         test_crossentropy(s, 2.0f);
@@ -534,22 +384,4 @@ static void run_mode(loom_dtype mode, bool quick) {
     gpu = NULL;
 }
 
-int main(void) {
-    loom_backend *probe = NULL;
-    if (loom_backend_create(&probe, "cuda", LOOM_F32) == LOOM_EUNSUPPORTED) {
-        printf("skipped: no CUDA device\n  (%s)\n", loom_error_message());
-        return 77;
-    }
-    loom_backend_destroy(probe);
-    t_seed();
-    LOOM_CHECK(loom_backend_cpu_create(&cpu, LOOM_F32) == LOOM_OK);
-    const char *q = getenv("LOOM_CUDA_TEST_QUICK");
-    bool quick = q && strcmp(q, "0") != 0;
-    run_mode(LOOM_F32, quick);
-    run_mode(LOOM_BF16, quick);
-    printf("%-38s %12s %12s\n", "worst norm-relative error", "fp32", "bf16");
-    for (int i = 0; i < nerrs; i++)
-        printf("%-38s %12.3g %12.3g\n", errs[i].name, errs[i].worst[0], errs[i].worst[1]);
-    loom_backend_destroy(cpu);
-    return t_done("cuda_backend");
-}
+int main(void) { return cuda_test_main("cuda_backend", run_mode); }

@@ -1,10 +1,12 @@
-# CUDA backend: every op against the CPU backend in fp32 and bf16 mode. Built only when the
-# CUDA backend is (cmake/cuda.cmake found nvcc); on a machine without a CUDA device the program
-# exits 77, which ctest reports as skipped.
+# CUDA backend: every op against the CPU backend in fp32 and bf16 mode (attention, with its blocks
+# at offsets and their merge, in a program of its own). Built only when the CUDA backend is
+# (cmake/cuda.cmake found nvcc); on a machine without a CUDA device the programs exit 77, which
+# ctest reports as skipped.
 if(LOOM_HAVE_CUDA)
-  loom_test(cuda_backend SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_backend.c
-            ${CMAKE_CURRENT_LIST_DIR}/../backend/ref.c LABELS cuda)
-  set_tests_properties(cuda_backend PROPERTIES SKIP_RETURN_CODE 77)
+  foreach(t cuda_backend cuda_attention)
+    loom_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_${t}.c ${CMAKE_CURRENT_LIST_DIR}/../backend/ref.c LABELS cuda)
+    set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77)
+  endforeach()
 endif()
 # The PyTorch fixtures of the model on the GPU: fp32 as tight as the CPU, bf16 loose.
 if(LOOM_HAVE_CUDA)

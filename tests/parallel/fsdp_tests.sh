@@ -23,21 +23,6 @@ source "$(dirname "$0")/train_lib.sh"
 ARGS=(--model gpt2-mini --layers 4 --heads 2 --channels 16 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
       --seq 16 --lr 5e-4 --warmup 2 --threads 1 --val-data "$FIX/gpt2_eval_shard.bin" --val-batches 4 --val-every 5)
 
-# check NAME NP GLOBAL FLAGS...: the run's 10 losses, 3 validation losses and final weights
-# against the one-process run with global batch GLOBAL (ref_GLOBAL)
-check() {
-  local name=$1 np=$2 g=$3; shift 3
-  rtrain "$np" "$@" --batch 2 --global-batch "$g" --steps 10 --bucket-mb 0.01 --ckpt-dir "$name" \
-    --metrics "$name.jsonl" >"$name.txt" 2>&1 || fail "$name: $(tail -3 "$name.txt")"
-  local l v
-  l=$(rel_err "$(losses "$name.jsonl")" "$(losses "ref_$g.jsonl")")
-  v=$(rel_err "$(val_losses "$name.jsonl")" "$(val_losses "ref_$g.jsonl")")
-  [ "${l%% *}" -eq 10 ] && awk -v w="${l##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: losses (count, rel err) $l"
-  [ "${v%% *}" -eq 3 ] && awk -v w="${v##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: validation losses $v"
-  err=$("$COMPARE" "$name/model_00000010.bin" "ref_$g/model_00000010.bin" 1e-5) || fail "$name: weights vs one process: $err"
-  echo "ok: $name: 10 losses within ${l##* }, 3 validations within ${v##* }, weights $err"
-}
-
 case $CASE in
 parity)
   for g in 12 16; do
@@ -45,23 +30,23 @@ parity)
   done
   grep -q "ZeRO 3 (FSDP): 6 units sharded over 2 ranks" <(rtrain 2 --zero 3 --batch 2 --steps 1 2>&1) ||
     fail "the configuration does not name the 6 units (embeddings, 4 blocks, final norm)"
-  check zero3-np1 1 16 --zero 3
-  check zero3-np2 2 16 --zero 3
-  check zero3-np3 3 12 --zero 3
-  check zero3-np4 4 16 --zero 3
-  check hsdp-2x2 4 16 --zero 3 --dp-replicate 2
-  check hsdp-zero2-2x2 4 16 --zero 2 --dp-replicate 2
-  check zero3-tp2 4 16 --zero 3 --tp 2 --sp
-  check zero3-pp2-tp2 8 16 --zero 3 --pp 2 --tp 2 --sp --pp-schedule zb-v
-  check offload-np1 1 16 --offload optimizer
-  check offload-zero3-np2 2 16 --zero 3 --offload optimizer
-  check offload-zero2-tp2 4 16 --zero 2 --tp 2 --offload optimizer
-  check offload-params-np1 1 16 --zero 3 --offload optimizer,params
-  check offload-params-np2 2 16 --zero 3 --offload optimizer,params
-  check offload-acts-np1 1 16 --offload activations
-  check offload-acts-full-np1 1 16 --offload activations --recompute full
-  check offload-acts-zero3-np2 2 16 --zero 3 --offload activations
-  check offload-all-zero3-tp2 4 16 --zero 3 --tp 2 --sp --offload optimizer,params,activations
+  parity_check zero3-np1 1 16 --zero 3
+  parity_check zero3-np2 2 16 --zero 3
+  parity_check zero3-np3 3 12 --zero 3
+  parity_check zero3-np4 4 16 --zero 3
+  parity_check hsdp-2x2 4 16 --zero 3 --dp-replicate 2
+  parity_check hsdp-zero2-2x2 4 16 --zero 2 --dp-replicate 2
+  parity_check zero3-tp2 4 16 --zero 3 --tp 2 --sp
+  parity_check zero3-pp2-tp2 8 16 --zero 3 --pp 2 --tp 2 --sp --pp-schedule zb-v
+  parity_check offload-np1 1 16 --offload optimizer
+  parity_check offload-zero3-np2 2 16 --zero 3 --offload optimizer
+  parity_check offload-zero2-tp2 4 16 --zero 2 --tp 2 --offload optimizer
+  parity_check offload-params-np1 1 16 --zero 3 --offload optimizer,params
+  parity_check offload-params-np2 2 16 --zero 3 --offload optimizer,params
+  parity_check offload-acts-np1 1 16 --offload activations
+  parity_check offload-acts-full-np1 1 16 --offload activations --recompute full
+  parity_check offload-acts-zero3-np2 2 16 --zero 3 --offload activations
+  parity_check offload-all-zero3-tp2 4 16 --zero 3 --tp 2 --sp --offload optimizer,params,activations
   grep -q "offloaded .* in host memory (optimizer)" offload-np1.txt || fail "the configuration does not say the optimizer is offloaded"
   grep -q "offloaded .* in host memory (activations)" offload-acts-np1.txt || fail "no offloaded activations in the configuration"
   # the offloaded copies are exact: the same bits as the run that keeps everything on the backend

@@ -44,16 +44,18 @@ static size_t unit_bytes(const loom_param_table *t, int layer, int W, int64_t *p
 
 // The plan made before allocating (train/plan.c) against what each trainer holds right after its
 // creation (loom_trainer_memory), field by field, for every ZeRO stage, recomputation, each
-// offload option and their combination: equal to the byte.
+// offload option and their combination, and ring context parallelism: equal to the byte.
 static void test_plan(loom_comm *world) {
     struct {
         int zero;
         bool recompute, opt, params, acts;
-    } cases[] = {{0, 0, 0, 0, 0}, {1, 0, 0, 0, 0}, {2, 1, 0, 0, 0}, {3, 0, 0, 0, 0},
-                 {1, 0, 1, 0, 1}, {3, 1, 1, 1, 0}, {3, 0, 1, 1, 1}};
+        int cp;
+    } cases[] = {{0, 0, 0, 0, 0, 1}, {1, 0, 0, 0, 0, 1}, {2, 1, 0, 0, 0, 1}, {3, 0, 0, 0, 0, 1},
+                 {1, 0, 1, 0, 1, 1}, {3, 1, 1, 1, 0, 1}, {3, 0, 1, 1, 1, 1}, {1, 0, 0, 0, 0, 2}};
     int W = loom_comm_size(world);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        loom_train_config c = config(cases[k].zero, W);
+        loom_train_config c = config(cases[k].zero, W / cases[k].cp);
+        c.cp = cases[k].cp;
         c.recompute = cases[k].recompute ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
         c.offload_optimizer = cases[k].opt, c.offload_params = cases[k].params, c.offload_activations = cases[k].acts;
         loom_trainer *t;

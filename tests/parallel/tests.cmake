@@ -64,3 +64,10 @@ foreach(case parity resume errors)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/fsdp_tests.sh ${case} $<TARGET_FILE:loom>
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
+# `loom train --cp` (context parallelism, ring and Ulysses): parity at cp 2 and 4 and with tp, pp and
+# ZeRO 1-3, T = 2048 from a fresh --max-seq 2048 model, resume, errors
+foreach(case parity long resume errors)
+  add_test(NAME cp_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cp_tests.sh ${case} $<TARGET_FILE:loom>
+                   $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()

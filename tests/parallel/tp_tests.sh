@@ -47,7 +47,6 @@ errors)
   expect_mpi_error 3 "3 ranks do not fill a mesh of --tp 2" train "${ARGS[@]}" --tp 2 --batch 1 --steps 1
   expect_mpi_error 2 "--sp needs --tp 2 or more, got --tp 1" train "${ARGS[@]}" --sp --batch 1 --steps 1
   expect_mpi_error 2 "but the sequence length is 15" train "${ARGS[@]}" --tp 2 --sp --seq 15 --batch 1 --steps 1
-  expect_mpi_error 2 "--cp 2: context parallelism is not in this version" train "${ARGS[@]}" --cp 2 --batch 1 --steps 1
   expect_mpi_error 4 "--global-batch 6 is not a positive multiple of 2 data-parallel ranks x --batch 2" train "${ARGS[@]}" \
     --tp 2 --batch 2 --global-batch 6 --steps 1
   expect_mpi_error 2 "unknown --device-comm 'gloo'" train "${ARGS[@]}" --tp 2 --device-comm gloo --batch 1 --steps 1

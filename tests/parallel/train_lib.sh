@@ -1,6 +1,6 @@
-# Shared by dp_tests.sh, tp_tests.sh, pp_tests.sh and fsdp_tests.sh (sourced, with CASE LOOM FIX set): a scratch folder,
-# failure reporting, mpirun as CI runs it, `loom train` on the fixture model and shard, and the
-# kill-and-resume check.
+# Shared by dp_tests.sh, tp_tests.sh, pp_tests.sh, fsdp_tests.sh and cp_tests.sh (sourced, with CASE LOOM FIX
+# set; COMPARE for parity_check): a scratch folder, failure reporting, mpirun as CI runs it, `loom train` on
+# the fixture model and shard, the parity check against one process and the kill-and-resume check.
 WORK=$(mktemp -d /tmp/loom_parallel_XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
@@ -45,4 +45,20 @@ kill_and_resume() {
   for f in full/state_00000006_*.bin; do cmp "$f" "cut/${f#full/}" || fail "${f#full/} differs"; done
   [ "$(grep '"loss"' cut.jsonl | sed 's/"step_time_s.*//' | tail -3)" = \
     "$(grep '"loss"' full.jsonl | sed 's/"step_time_s.*//' | tail -3)" ] || fail "losses of steps 4-6 differ"
+}
+# parity_check NAME NP GLOBAL FLAGS...: a run of ARGS FLAGS on NP ranks (10 steps of a global batch of
+# GLOBAL sequences in micro-batches of 2, with ARGS' validation every 5 steps): its 10 losses, 3
+# validation losses and final weights within 1e-5 relative of the one-process run ref_GLOBAL (made
+# by the caller with the same ARGS and --ckpt-dir ref_GLOBAL --metrics ref_GLOBAL.jsonl)
+parity_check() {
+  local name=$1 np=$2 g=$3; shift 3
+  rtrain "$np" "$@" --batch 2 --global-batch "$g" --steps 10 --bucket-mb 0.01 --ckpt-dir "$name" \
+    --metrics "$name.jsonl" >"$name.txt" 2>&1 || fail "$name: $(tail -3 "$name.txt")"
+  local l v err
+  l=$(rel_err "$(losses "$name.jsonl")" "$(losses "ref_$g.jsonl")")
+  v=$(rel_err "$(val_losses "$name.jsonl")" "$(val_losses "ref_$g.jsonl")")
+  [ "${l%% *}" -eq 10 ] && awk -v w="${l##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: losses (count, rel err) $l"
+  [ "${v%% *}" -eq 3 ] && awk -v w="${v##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: validation losses $v"
+  err=$("$COMPARE" "$name/model_00000010.bin" "ref_$g/model_00000010.bin" 1e-5) || fail "$name: weights vs one process: $err"
+  echo "ok: $name: 10 losses within ${l##* }, 3 validations within ${v##* }, weights $err"
 }

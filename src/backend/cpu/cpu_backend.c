@@ -53,6 +53,11 @@ static void cpu_memory_info(loom_backend *be, size_t *free_bytes, size_t *total_
     loom_host_memory_info(free_bytes, total_bytes);
 }
 
+static void cpu_copy_2d(loom_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                        size_t width, size_t rows) {
+    for (size_t i = 0; i < rows; i++) memcpy((char *)dst + i * dst_pitch, (const char *)src + i * src_pitch, width);
+}
+
 static void cpu_zero(loom_backend *be, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
@@ -77,6 +82,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .download = cpu_copy,
         .zero = cpu_zero,
         .copy = cpu_copy,
+        .copy_2d = cpu_copy_2d,
         .synchronize = cpu_synchronize,
         .host_alloc = cpu_host_alloc,
         .host_free = cpu_host_free,
@@ -91,6 +97,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .matmul_backward = cpu_matmul_backward,
         .attention_forward = cpu_attention_forward,
         .attention_backward = cpu_attention_backward,
+        .attention_merge = cpu_attention_merge,
         .gelu_forward = cpu_gelu_forward,
         .gelu_backward = cpu_gelu_backward,
         .residual_forward = cpu_residual_forward,

@@ -44,10 +44,12 @@ void cpu_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom
                         loom_tensor bias);
 void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                          loom_tensor dout, loom_tensor inp, loom_tensor w);
-void cpu_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor qkv,
-                           int NH);
-void cpu_attention_backward(loom_backend *be, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv,
-                            loom_tensor out, loom_tensor lse, int NH);
+void cpu_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q, loom_tensor kv,
+                           int NH, loom_attn_span span);
+void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout, loom_tensor q,
+                            loom_tensor kv, loom_tensor out, loom_tensor lse, int NH, loom_attn_span span);
+void cpu_attention_merge(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor out_part,
+                         loom_tensor lse_part, int NH);
 void cpu_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);
 void cpu_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
 void cpu_residual_forward(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);

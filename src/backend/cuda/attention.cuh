@@ -1,30 +1,41 @@
 // Private to the attention files: shapes, the choice between the tensor-core kernels and the
 // simple ones, and the bf16 mma.sync building blocks the tensor-core kernels share.
 //
-// Layout (backend.h): qkv (B,T,3C) with head h of q at columns h*hs, k at C + h*hs, v at
-// 2C + h*hs; out/dout (B,T,C); lse (B,NH,T) fp32, the natural-log logsumexp of the scaled,
-// masked scores of each query row.
+// Layout (backend.h): a query block q (B,Tq,ldq) with head h's queries at columns h*hs; a key and
+// value block kv (B,Tk,ldk) with head h's keys at columns ldk - 2C + h*hs and its values C after
+// them (ldq = C or 3C, ldk = 2C or 3C: q and kv may both be one qkv tensor); out/dout (B,Tq,C);
+// lse (B,NH,Tq) fp32, the natural-log logsumexp of the scaled, visible scores of each query row.
+// Query row i sees key rows [0, clamp(i + delta + 1, 0, Tk)) (loom_attn_delta: the causal mask at
+// the blocks' global positions; delta = Tk without it), so the kernels mask key > row + delta and
+// key >= Tk.
 #pragma once
 #include "backend/cuda/cuda_ops.h"
 
 #define ATT_LOG2E 1.4426950408889634f
 #define ATT_LN2 0.6931471805599453f
 
-typedef struct {
-    int B, T, C, NH, hs;
+typedef struct { // plain ints: passed to the kernels by value
+    int B, Tq, Tk, C, NH, hs, ldq, ldk, delta;
 } attn_dims;
 
-static inline attn_dims attn_check(const loom_backend *be, loom_tensor qkv, loom_tensor out,
-                                   loom_tensor lse, int NH) {
-    LOOM_CHECK(qkv.ndim == 3 && qkv.shape[0] > 0 && qkv.shape[1] > 0);
-    LOOM_CHECK(NH > 0 && qkv.shape[2] > 0 && qkv.shape[2] % (3 * NH) == 0);
-    attn_dims d = {(int)qkv.shape[0], (int)qkv.shape[1], (int)(qkv.shape[2] / 3), NH,
-                   (int)(qkv.shape[2] / (3 * NH))};
-    LOOM_CHECK(loom_rows(&out) == (int64_t)d.B * d.T && loom_cols(&out) == d.C);
-    LOOM_CHECK(loom_numel(&lse) == (int64_t)d.B * d.NH * d.T);
-    LOOM_CHECK(cuda_act(be, qkv) == cuda_act(be, out));
+static inline attn_dims attn_check(const loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q,
+                                   loom_tensor kv, int NH, loom_attn_span span) {
+    LOOM_CHECK(q.ndim == 3 && kv.ndim == 3 && q.shape[0] == kv.shape[0] && q.shape[0] > 0);
+    int64_t B = q.shape[0], Tq = q.shape[1], Tk = kv.shape[1], C = loom_cols(&out);
+    LOOM_CHECK(Tq > 0 && Tk > 0 && NH > 0 && C > 0 && C % NH == 0 && loom_rows(&out) == B * Tq);
+    LOOM_CHECK((q.shape[2] == C || q.shape[2] == 3 * C) && (kv.shape[2] == 2 * C || kv.shape[2] == 3 * C));
+    LOOM_CHECK(loom_numel(&lse) == B * NH * Tq && Tq < INT32_MAX / 2 && Tk < INT32_MAX / 2);
+    bool bf = cuda_act(be, out);
+    LOOM_CHECK(cuda_act(be, q) == bf && cuda_act(be, kv) == bf);
     (void)cuda_f32(lse);
-    return d;
+    return attn_dims{(int)B, (int)Tq, (int)Tk, (int)C, NH, (int)(C / NH), (int)q.shape[2], (int)kv.shape[2],
+                     (int)loom_attn_delta(span, Tq, Tk)};
+}
+
+// The keys query row i sees: [0, att_visible(d, i))
+__host__ __device__ __forceinline__ int att_visible(const attn_dims &d, int i) {
+    int n = i + d.delta + 1;
+    return n < 0 ? 0 : n > d.Tk ? d.Tk : n;
 }
 
 static inline bool attn_aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
@@ -36,44 +47,46 @@ static inline bool attn_use_tc(const loom_backend *be, attn_dims d) {
 }
 
 // Where a thread of the attention kernels works. Tiled kernels: grid ntiles * B*NH blocks
-// (att_tile_place). Row kernels: grid (rows / warps, B*NH),
-// one row per warp. qkv and o are the offsets of head (b, h), row 0, in qkv (B,T,3C) and in
-// out/dout (B,T,C).
+// (att_tile_place). Row kernels: grid (rows / warps, B*NH), one row per warp. q, k and o are the
+// offsets of head (b, h), row 0, in q (B,Tq,ldq), in kv (B,Tk,ldk) (its keys; the values are C
+// after them) and in out/dout (B,Tq,C).
 typedef struct {
     int tile;                 // tiled kernels: the block's tile; row kernels: the warp's row
     int bh, warp, lane, g, t; // g, t: the lane's group and place in it (mma fragments)
-    int64_t qkv, o;
+    int64_t q, k, o;
 } att_place;
 
-__device__ __forceinline__ att_place att_place_of(int bh, int tile, int T, int NH, int hs) {
+__device__ __forceinline__ att_place att_place_of(const attn_dims &d, int bh, int tile) {
     att_place p;
-    int b = bh / NH, h = bh % NH;
+    int b = bh / d.NH, h = bh % d.NH;
     p.tile = tile, p.bh = bh, p.warp = threadIdx.x / 32, p.lane = threadIdx.x % 32;
     p.g = p.lane / 4, p.t = p.lane % 4;
-    p.qkv = (int64_t)b * T * 3 * NH * hs + h * hs;
-    p.o = (int64_t)b * T * NH * hs + h * hs;
+    p.q = (int64_t)b * d.Tq * d.ldq + h * d.hs;
+    p.k = (int64_t)b * d.Tk * d.ldk + d.ldk - 2 * d.C + h * d.hs;
+    p.o = (int64_t)b * d.Tq * d.C + h * d.hs;
     return p;
 }
 // Block order: heads in groups of G (about ATT_GROUP blocks: a few waves, so that the K/V or
 // Q/dO rows they all stream stay in L2), within a group the tiles with the most work first:
 // last_first for query tiles, plain order for key tiles (the backward's dK, dV).
 #define ATT_GROUP 256
-__device__ __forceinline__ att_place att_tile_place(int T, int NH, int hs, int BNH, bool last_first) {
-    int ntiles = gridDim.x / BNH, G = max(1, min(BNH, ATT_GROUP / ntiles));
+__device__ __forceinline__ att_place att_tile_place(const attn_dims &d, bool last_first) {
+    int BNH = d.B * d.NH, ntiles = gridDim.x / BNH, G = max(1, min(BNH, ATT_GROUP / ntiles));
     int g0 = (int)blockIdx.x / (G * ntiles) * G, i = (int)blockIdx.x % (G * ntiles), n = min(G, BNH - g0);
     int tile = i / n;
-    return att_place_of(g0 + i % n, last_first ? ntiles - 1 - tile : tile, T, NH, hs);
+    return att_place_of(d, g0 + i % n, last_first ? ntiles - 1 - tile : tile);
 }
-__device__ __forceinline__ att_place att_row_place(int T, int NH, int hs, int warps) {
-    return att_place_of(blockIdx.y, blockIdx.x * warps + threadIdx.x / 32, T, NH, hs);
+__device__ __forceinline__ att_place att_row_place(const attn_dims &d, int warps) {
+    return att_place_of(d, blockIdx.y, blockIdx.x * warps + threadIdx.x / 32);
 }
 
 // attention_forward_tc.cu / attention_backward_tc.cu (bf16, hs 64 or 128)
-void attention_forward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *out, float *lse,
-                          const __nv_bfloat16 *qkv);
-// D (B,NH,T): scratch for rowsum(dout * out) per head, which the dq kernel computes and writes
-void attention_backward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *dqkv,
-                           const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
+void attention_forward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
+                          const __nv_bfloat16 *kv);
+// dq +=, dkv += (shaped as q, kv); D (B,NH,Tq): scratch for rowsum(dout * out) per head, which the
+// dq kernel computes and writes
+void attention_backward_tc(loom_cuda *cu, attn_dims d, __nv_bfloat16 *dq, __nv_bfloat16 *dkv,
+                           const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *kv,
                            const __nv_bfloat16 *out, const float *lse, float *D);
 
 // ---- tensor-core building blocks (PTX ISA: mma.m16n8k16 .bf16 fragments, ldmatrix, cp.async) ----
@@ -193,9 +206,10 @@ __device__ __forceinline__ void att_load(bf16 *dst, const bf16 *src, int64_t ld,
 }
 
 // Stores rows g and g+8 of a warp's 16-row fp32 accumulator (NT n-tiles), row r scaled by sc[r],
-// as bf16 into dst rows r0.. (row stride ld), skipping rows >= T: through the warp's own 16 rows
-// of smem (sm, row stride 8NT + ATT_PAD), so that global stores are 16 bytes a lane.
-template <int NT>
+// as bf16 into dst rows r0.. (row stride ld), skipping rows >= T, or with ADD adds them to what
+// dst holds: through the warp's own 16 rows of smem (sm, row stride 8NT + ATT_PAD), so that global
+// loads and stores are 16 bytes a lane.
+template <int NT, bool ADD>
 __device__ __forceinline__ void att_store_rows(bf16 *dst, int64_t ld, const float acc[NT][4], float sc0,
                                                float sc1, bf16 *sm, int r0, int T, int lane) {
     constexpr int LD = 8 * NT + ATT_PAD;
@@ -210,9 +224,20 @@ __device__ __forceinline__ void att_store_rows(bf16 *dst, int64_t ld, const floa
 #pragma unroll
     for (int it = 0; it < NT / 2; it++) { // 16 rows x NT chunks of 16 bytes
         int i = it * 32 + lane, r = i / NT, c = (i % NT) * 8;
-        if (r0 + r < T)
-            *reinterpret_cast<uint4 *>(dst + (int64_t)(r0 + r) * ld + c) =
-                *reinterpret_cast<const uint4 *>(sm + r * LD + c);
+        if (r0 + r >= T) continue;
+        uint4 x = *reinterpret_cast<const uint4 *>(sm + r * LD + c);
+        uint4 *out = reinterpret_cast<uint4 *>(dst + (int64_t)(r0 + r) * ld + c);
+        if constexpr (ADD) {
+            uint4 y = *out;
+            __nv_bfloat162 *xs = reinterpret_cast<__nv_bfloat162 *>(&x);
+            const __nv_bfloat162 *ys = reinterpret_cast<const __nv_bfloat162 *>(&y);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float2 a = __bfloat1622float2(xs[e]), b = __bfloat1622float2(ys[e]);
+                xs[e] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+            }
+        }
+        *out = x;
     }
     __syncwarp();
 }

@@ -80,6 +80,13 @@ static void cuda_copy(loom_backend *be, void *dst, const void *src, size_t bytes
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_of(be)->stream));
 }
 
+static void cuda_copy_2d(loom_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                         size_t width, size_t rows) {
+    if (width && rows)
+        CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice,
+                                     cuda_of(be)->stream));
+}
+
 static void cuda_synchronize(loom_backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->stream));
 }
@@ -198,6 +205,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .download = cuda_download,
         .zero = cuda_zero,
         .copy = cuda_copy,
+        .copy_2d = cuda_copy_2d,
         .synchronize = cuda_synchronize,
         .host_alloc = cuda_host_alloc,
         .host_free = cuda_host_free,
@@ -214,6 +222,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .matmul_backward = cuda_matmul_backward,
         .attention_forward = cuda_attention_forward,
         .attention_backward = cuda_attention_backward,
+        .attention_merge = cuda_attention_merge,
         .gelu_forward = cuda_gelu_forward,
         .gelu_backward = cuda_gelu_backward,
         .residual_forward = cuda_residual_forward,

@@ -157,10 +157,12 @@ void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loo
                          loom_tensor bias);
 void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                           loom_tensor dout, loom_tensor inp, loom_tensor w);
-void cuda_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor qkv,
-                            int NH);
-void cuda_attention_backward(loom_backend *be, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv,
-                             loom_tensor out, loom_tensor lse, int NH);
+void cuda_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q, loom_tensor kv,
+                            int NH, loom_attn_span span);
+void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout, loom_tensor q,
+                             loom_tensor kv, loom_tensor out, loom_tensor lse, int NH, loom_attn_span span);
+void cuda_attention_merge(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor out_part,
+                          loom_tensor lse_part, int NH);
 void cuda_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);
 void cuda_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
 void cuda_residual_forward(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
