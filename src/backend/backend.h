@@ -47,8 +47,9 @@ typedef struct {
 typedef struct {
     int64_t q_pos, k_pos;
     bool causal;
+    bool accumulate; // backward: add into dq, dkv (the key blocks of one query block) instead of writing them
 } loom_attn_span;
-#define LOOM_ATTN_CAUSAL ((loom_attn_span){0, 0, true}) // whole sequences, causal
+#define LOOM_ATTN_CAUSAL ((loom_attn_span){0, 0, true, false}) // whole sequences, causal
 
 // The keys query row i (of Tq) sees are rows [0, clamp(i + delta + 1, 0, Tk)) of the key block,
 // with this delta in [-Tq, Tk] (Tk: every key, as without the causal mask).
@@ -154,12 +155,13 @@ struct loom_backend {
     //       block merge by it (attention_merge), and the backward pass reads the merged one
     void (*attention_forward)(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q,
                               loom_tensor kv, int NH, loom_attn_span span);
-    // The gradients of one (query block, key block) pair, accumulated: dq (shaped as q) += in its
-    // first C columns, dkv (shaped as kv) += in its last 2C columns, from dout (B,Tq,C) and out
-    // (B,Tq,C), lse (B,NH,Tq) of the whole attention of these queries (over all key blocks,
-    // merged), so that P = exp(S - lse) is this block's share of each row's softmax; rows whose
-    // lse is -INFINITY add nothing. dq and dkv may be one tensor (the q and the k, v columns of
-    // a dqkv (B,T,3C)); whole-sequence attention zeroes it first.
+    // The gradients of one (query block, key block) pair: dq (shaped as q) in its first C columns,
+    // dkv (shaped as kv) in its last 2C columns, written, or added to with span.accumulate (the
+    // key blocks of a query block, context parallelism), from dout (B,Tq,C) and out (B,Tq,C),
+    // lse (B,NH,Tq) of the whole attention of these queries (over all key blocks, merged), so
+    // that P = exp(S - lse) is this block's share of each row's softmax; rows whose lse is
+    // -INFINITY add nothing. dq and dkv may be one tensor (the q and the k, v columns of a dqkv
+    // (B,T,3C)). Writing (whole-sequence attention) skips a read and a second rounding per value.
     void (*attention_backward)(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout,
                                loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
                                loom_attn_span span);

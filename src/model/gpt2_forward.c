@@ -88,14 +88,13 @@ static void attention_forward(loom_gpt2 *m, loom_tensor out, loom_tensor lse, lo
     else m->be->attention_forward(m->be, out, lse, qkv, qkv, m->NH, LOOM_ATTN_CAUSAL);
 }
 
-// dqkv = its gradient (the backend's op adds: into zeros)
+// dqkv = its gradient
 static void attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv, loom_tensor out,
                                loom_tensor lse) {
     if (m->cp.attention_backward) {
         m->cp.attention_backward(m->cp.ctx, dqkv, dout, qkv, out, lse, m->NH);
         return;
     }
-    m->be->zero(m->be, dqkv.data, loom_nbytes(&dqkv));
     m->be->attention_backward(m->be, dqkv, dqkv, dout, qkv, qkv, out, lse, m->NH, LOOM_ATTN_CAUSAL);
 }
 

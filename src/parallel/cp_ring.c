@@ -79,7 +79,7 @@ static void pack_kv(loom_cp *cp, void *kv, loom_tensor qkv, ring_dims d) {
 // Whether rank r's query block i sees anything of rank s's key block j, and where the two sit.
 static bool visible(const loom_cp *cp, int s, int i, int j, ring_dims d, loom_attn_span *span) {
     int qc = cp_chunk(cp, cp->rank, i), kc = cp_chunk(cp, s, j);
-    *span = (loom_attn_span){(int64_t)qc * d.Tc, (int64_t)kc * d.Tc, true};
+    *span = (loom_attn_span){(int64_t)qc * d.Tc, (int64_t)kc * d.Tc, true, true};
     return kc <= qc;
 }
 

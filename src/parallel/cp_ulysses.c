@@ -87,7 +87,6 @@ void cp_ulysses_backward(void *ctx, loom_tensor dqkv, loom_tensor dout, loom_ten
     to_heads(cp, cp->qkv_h, qkv.data, B, 3);
     to_heads(cp, cp->out_h, out.data, B, 1);
     to_heads(cp, cp->dout_h, dout.data, B, 1);
-    be->zero(be, cp->dqkv_h, loom_nbytes(&dqkv_h));
     be->attention_backward(be, dqkv_h, dqkv_h, LOOM_VIEW(cp->dout_h, be->dtype, B, T, Ch), qkv_h, qkv_h,
                            LOOM_VIEW(cp->out_h, be->dtype, B, T, Ch), LOOM_VIEW(lse.data, LOOM_F32, B, NHh, T), NHh,
                            LOOM_ATTN_CAUSAL);

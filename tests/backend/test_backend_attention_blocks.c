@@ -80,7 +80,7 @@ static void test_blocks(blk_case k, bool narrow) {
             int tc = at[c], nc = at[c + 1] - tc;
             take_rows(kv, qkv, B, T, 3 * C, tc, nc, 3 * C - wk, wk);
             loom_tensor ov = LOOM_VIEW(c ? o : mo, F32, B, na, C), lv = LOOM_VIEW(c ? l : ml, F32, B, NH, na);
-            t_be->attention_forward(t_be, ov, lv, qv, LOOM_VIEW(kv, F32, B, nc, wk), NH, (loom_attn_span){ta, tc, true});
+            t_be->attention_forward(t_be, ov, lv, qv, LOOM_VIEW(kv, F32, B, nc, wk), NH, (loom_attn_span){ta, tc, true, false});
             if (c > a) {
                 T_ASSERT(all_zero(ov.data, (size_t)B * na * C), "chunk %d against future chunk %d: output not 0", a, c);
                 bool inf = true;
@@ -113,7 +113,7 @@ static void test_blocks(blk_case k, bool narrow) {
             t_be->attention_backward(t_be, LOOM_VIEW(dq, F32, B, na, wq), LOOM_VIEW(dkv, F32, B, nc, wk),
                                      LOOM_VIEW(dy, F32, B, na, C), LOOM_VIEW(q, F32, B, na, wq),
                                      LOOM_VIEW(kv, F32, B, nc, wk), LOOM_VIEW(mo, F32, B, na, C),
-                                     LOOM_VIEW(ml, F32, B, NH, na), NH, (loom_attn_span){ta, tc, true});
+                                     LOOM_VIEW(ml, F32, B, NH, na), NH, (loom_attn_span){ta, tc, true, true});
             if (c > a)
                 T_ASSERT(all_zero(dq, (size_t)B * na * wq) && all_zero(dkv, (size_t)B * nc * wk),
                          "chunk %d against future chunk %d: gradients not 0", a, c);
@@ -136,9 +136,9 @@ static void test_not_causal(void) {
     float *l1 = t_nans((size_t)B * NH * Tq), *l2 = t_nans((size_t)B * NH * Tq);
     loom_tensor qv = LOOM_VIEW(q, F32, B, Tq, C), kvv = LOOM_VIEW(kv, F32, B, Tk, 2 * C);
     t_be->attention_forward(t_be, LOOM_VIEW(o1, F32, B, Tq, C), LOOM_VIEW(l1, F32, B, NH, Tq), qv, kvv, NH,
-                            (loom_attn_span){0, 500, false});
+                            (loom_attn_span){0, 500, false, false});
     t_be->attention_forward(t_be, LOOM_VIEW(o2, F32, B, Tq, C), LOOM_VIEW(l2, F32, B, NH, Tq), qv, kvv, NH,
-                            (loom_attn_span){Tk, 0, true});
+                            (loom_attn_span){Tk, 0, true, false});
     T_ASSERT(memcmp(o1, o2, sizeof(float) * (size_t)B * Tq * C) == 0 && memcmp(l1, l2, sizeof(float) * (size_t)B * NH * Tq) == 0,
              "not causal differs from causal with every key in the past");
     free(q), free(kv), free(o1), free(o2), free(l1), free(l2);

@@ -53,15 +53,19 @@ static void test_whole(shape s) {
     gpu->attention_forward(gpu, DV(out, s.B, s.T, s.C), DV(lse, s.B, s.NH, s.T), dq, dq, s.NH, LOOM_ATTN_CAUSAL);
     check("attention out", out, s);
     check("attention lse", lse, s);
-    // backward from the CPU's forward results (out rounded to the mode's dtype), += into random values
+    // backward from the CPU's forward results (out rounded to the mode's dtype): written over
+    // random values, then added to them (accumulate)
     buf o = b_from(out.h, n, dt), l = b_from(lse.h, nl, F32);
     buf dout = b_randn(n, 1, dt), dqkv = b_randn(3 * n, 1, dt);
     loom_tensor hd = HV(dqkv, s.B, s.T, 3 * s.C), dd = DV(dqkv, s.B, s.T, 3 * s.C);
-    cpu->attention_backward(cpu, hd, hd, HV(dout, s.B, s.T, s.C), hq, hq, HV(o, s.B, s.T, s.C), HV(l, s.B, s.NH, s.T),
-                            s.NH, LOOM_ATTN_CAUSAL);
-    gpu->attention_backward(gpu, dd, dd, DV(dout, s.B, s.T, s.C), dq, dq, DV(o, s.B, s.T, s.C), DV(l, s.B, s.NH, s.T),
-                            s.NH, LOOM_ATTN_CAUSAL);
-    check("attention dqkv +=", dqkv, s);
+    for (int add = 0; add <= 1; add++) {
+        loom_attn_span span = {0, 0, true, add};
+        cpu->attention_backward(cpu, hd, hd, HV(dout, s.B, s.T, s.C), hq, hq, HV(o, s.B, s.T, s.C),
+                                HV(l, s.B, s.NH, s.T), s.NH, span);
+        gpu->attention_backward(gpu, dd, dd, DV(dout, s.B, s.T, s.C), dq, dq, DV(o, s.B, s.T, s.C),
+                                DV(l, s.B, s.NH, s.T), s.NH, span);
+        check(add ? "attention dqkv +=" : "attention dqkv", dqkv, s);
+    }
     buf *all[] = {&qkv, &out, &lse, &o, &l, &dout, &dqkv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
@@ -131,7 +135,7 @@ static void test_blocks(att_case k, bool narrow) {
         for (int c = 0; c < k.nchunks; c++) {
             int tc = at[c], nc = at[c + 1] - tc;
             gpu->attention_forward(gpu, c ? pov : mov, c ? plv : mlv, LOOM_VIEW(q[a], dt, B, na, wq),
-                                   LOOM_VIEW(kv[c], dt, B, nc, wk), NH, (loom_attn_span){ta, tc, true});
+                                   LOOM_VIEW(kv[c], dt, B, nc, wk), NH, (loom_attn_span){ta, tc, true, false});
             if (c > a)
                 T_ASSERT(dev_all(po, (size_t)B * na * C, dt, 0.0f) && dev_all(pl, (size_t)B * NH * na, F32, -INFINITY),
                          "%s chunk %d against future chunk %d: not 0 and -inf", loom_dtype_name(dt), a, c);
@@ -162,15 +166,19 @@ static void test_blocks(att_case k, bool narrow) {
             gpu->attention_backward(gpu, LOOM_VIEW(dq[a], dt, B, na, wq), LOOM_VIEW(dkv[c], dt, B, nc, wk),
                                     LOOM_VIEW(dya, dt, B, na, C), LOOM_VIEW(q[a], dt, B, na, wq),
                                     LOOM_VIEW(kv[c], dt, B, nc, wk), LOOM_VIEW(oa, dt, B, na, C),
-                                    LOOM_VIEW(la, F32, B, NH, na), NH, (loom_attn_span){ta, tc, true});
+                                    LOOM_VIEW(la, F32, B, NH, na), NH, (loom_attn_span){ta, tc, true, true});
         }
-        if (a == 0 && k.nchunks > 1) { // a pair in the future, into fresh zeros: adds nothing
+        if (a == 0 && k.nchunks > 1) { // a pair in the future, written over nonzero values: zeros
             int n1 = at[2] - at[1];
-            void *zq = gpu->alloc(gpu, (size_t)B * na * wq * es()), *zkv = gpu->alloc(gpu, (size_t)B * n1 * wk * es());
+            size_t bq = (size_t)B * na * wq * es(), bkv = (size_t)B * n1 * wk * es();
+            void *zq = gpu->alloc(gpu, bq), *zkv = gpu->alloc(gpu, bkv), *fill = loom_xmalloc(bq > bkv ? bq : bkv);
+            memset(fill, 0x3f, bq > bkv ? bq : bkv); // about 0.75 in fp32 and bf16
+            gpu->upload(gpu, zq, fill, bq), gpu->upload(gpu, zkv, fill, bkv);
+            free(fill);
             gpu->attention_backward(gpu, LOOM_VIEW(zq, dt, B, na, wq), LOOM_VIEW(zkv, dt, B, n1, wk),
                                     LOOM_VIEW(dya, dt, B, na, C), LOOM_VIEW(q[0], dt, B, na, wq),
                                     LOOM_VIEW(kv[1], dt, B, n1, wk), LOOM_VIEW(oa, dt, B, na, C),
-                                    LOOM_VIEW(la, F32, B, NH, na), NH, (loom_attn_span){0, at[1], true});
+                                    LOOM_VIEW(la, F32, B, NH, na), NH, (loom_attn_span){0, at[1], true, false});
             T_ASSERT(dev_all(zq, (size_t)B * na * wq, dt, 0.0f) && dev_all(zkv, (size_t)B * n1 * wk, dt, 0.0f),
                      "%s chunk 0 against future chunk 1: gradients not 0", loom_dtype_name(dt));
             gpu->free(gpu, zq), gpu->free(gpu, zkv);

@@ -18,6 +18,7 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ATTN_BLOCK 128 // query rows per block
 
@@ -156,6 +157,10 @@ void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, l
     LOOM_CHECK(loom_numel(&dout) == loom_numel(&out));
     const float *xq = cpu_f32(q), *xkv = cpu_f32(kv), *dy = cpu_f32(dout), *o = cpu_f32(out), *l = cpu_f32(lse);
     float *dxq = cpu_f32(dq), *dxkv = cpu_f32(dkv);
+    if (!span.accumulate) { // written: the q columns of dq, the k, v columns of dkv start from 0
+        for (int64_t r = 0; r < d.B * d.Tq; r++) memset(dxq + r * d.ldq, 0, (size_t)d.C * sizeof(float));
+        for (int64_t r = 0; r < d.B * d.Tk; r++) memset(dxkv + r * d.ldk + d.ldk - 2 * d.C, 0, 2 * (size_t)d.C * sizeof(float));
+    }
 #pragma omp parallel
     {
         size_t scratch = (size_t)(cpu_min64(ATTN_BLOCK, d.Tq) * d.Tk);

@@ -16,6 +16,7 @@
 
 typedef struct { // plain ints: passed to the kernels by value
     int B, Tq, Tk, C, NH, hs, ldq, ldk, delta;
+    int add; // the backward adds into dq, dkv (else writes them)
 } attn_dims;
 
 static inline attn_dims attn_check(const loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q,
@@ -29,7 +30,7 @@ static inline attn_dims attn_check(const loom_backend *be, loom_tensor out, loom
     LOOM_CHECK(cuda_act(be, q) == bf && cuda_act(be, kv) == bf);
     (void)cuda_f32(lse);
     return attn_dims{(int)B, (int)Tq, (int)Tk, (int)C, NH, (int)(C / NH), (int)q.shape[2], (int)kv.shape[2],
-                     (int)loom_attn_delta(span, Tq, Tk)};
+                     (int)loom_attn_delta(span, Tq, Tk), span.accumulate};
 }
 
 // The keys query row i sees: [0, att_visible(d, i))

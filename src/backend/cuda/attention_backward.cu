@@ -79,7 +79,8 @@ __global__ void attention_backward_dq_simple_kernel(ab_args a) {
         }
         __syncwarp();
     }
-    for (int c = lane; c < hs; c += 32) stx(a.dq, q_row + c, ldx(a.dq, q_row + c, bf) + a.scale * acc[c], bf);
+    for (int c = lane; c < hs; c += 32)
+        stx(a.dq, q_row + c, (a.d.add ? ldx(a.dq, q_row + c, bf) : 0.0f) + a.scale * acc[c], bf);
 }
 
 // One warp per key row j: dk_j and dv_j. Shared per warp: k_j, v_j, two accumulators, 32 P and
@@ -126,8 +127,8 @@ __global__ void attention_backward_dkv_simple_kernel(ab_args a) {
     }
     for (int c = lane; c < hs; c += 32) {
         int64_t kc = k_row + c, vc = k_row + C + c;
-        stx(a.dkv, kc, ldx(a.dkv, kc, bf) + a.scale * dk[c], bf);
-        stx(a.dkv, vc, ldx(a.dkv, vc, bf) + dv[c], bf);
+        stx(a.dkv, kc, (a.d.add ? ldx(a.dkv, kc, bf) : 0.0f) + a.scale * dk[c], bf);
+        stx(a.dkv, vc, (a.d.add ? ldx(a.dkv, vc, bf) : 0.0f) + dv[c], bf);
     }
 }
 
@@ -143,6 +144,13 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
     int64_t rows = (int64_t)d.B * d.NH * d.Tq;
     float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));
     const float *l = (const float *)lse.data;
+    if (!d.add && d.delta < d.Tk - d.Tq) { // some key row no query sees, which the kernels skip: zero, then add
+        size_t es = bf ? 2 : 4;
+        CUDA_CHECK(cudaMemset2DAsync(dq.data, (size_t)d.ldq * es, 0, (size_t)d.C * es, (size_t)d.B * d.Tq, cu->stream));
+        CUDA_CHECK(cudaMemset2DAsync((char *)dkv.data + (size_t)(d.ldk - 2 * d.C) * es, (size_t)d.ldk * es, 0,
+                                     2 * (size_t)d.C * es, (size_t)d.B * d.Tk, cu->stream));
+        d.add = 1;
+    }
     if (attn_use_tc(be, d) && attn_aligned16(q.data) && attn_aligned16(kv.data) && attn_aligned16(dq.data) &&
         attn_aligned16(dkv.data) && attn_aligned16(dout.data) && attn_aligned16(out.data)) { // computes D itself
         attention_backward_tc(cu, d, (__nv_bfloat16 *)dq.data, (__nv_bfloat16 *)dkv.data,

@@ -3,7 +3,8 @@
 // never stored. With D = rowsum(dO * O) and scores S = Q K^T / sqrt(HS):
 //   P = exp(S - lse);  dP = dO V^T;  dS = P * (dP - D)
 //   dV += P^T dO;  dK += dS^T Q / sqrt(HS);  dQ += dS K / sqrt(HS)
-// (added to what dq and dkv hold: the stores read, add in fp32 and round once more).
+// (written, or with span.accumulate added to what dq and dkv hold: the stores then read, add in
+// fp32 and round once more).
 // Instead of FA2's atomic adds into dQ, two kernels each own what they write, so there are no
 // atomics and the result is deterministic; each recomputes S and dP (7 tile products per pair
 // of tiles instead of 5). Both: blocks of NW = 4 warps own 64 rows, 16 per warp, whose fp32
@@ -166,7 +167,8 @@ __global__ void __launch_bounds__(32 * NW, MINB) attention_backward_dq_kernel(fb
         cp_async_wait_all();
         __syncthreads();
     }
-    att_store_rows<NT, true>(a.dq + w.q, ldq, dq[0], a.scale, a.scale, Qs + wr * LD, qr, Tq, lane);
+    if (a.d.add) att_store_rows<NT, true>(a.dq + w.q, ldq, dq[0], a.scale, a.scale, Qs + wr * LD, qr, Tq, lane);
+    else att_store_rows<NT, false>(a.dq + w.q, ldq, dq[0], a.scale, a.scale, Qs + wr * LD, qr, Tq, lane);
 }
 
 // Issues the copies of query tile [qn, qn + ST) for dkv: Q, dO rows into Qn (dO after Q), lse
@@ -241,8 +243,13 @@ __global__ void __launch_bounds__(32 * NW, MINB) attention_backward_dkv_kernel(f
         cp_async_wait_all();
         __syncthreads();
     }
-    att_store_rows<NT, true>(a.dkv + w.k, ldk, dk[0], a.scale, a.scale, Ks + wr * LD, kw, Tk, lane);
-    att_store_rows<NT, true>(a.dkv + w.k + C, ldk, dv[0], 1.0f, 1.0f, Vs + wr * LD, kw, Tk, lane);
+    if (a.d.add) {
+        att_store_rows<NT, true>(a.dkv + w.k, ldk, dk[0], a.scale, a.scale, Ks + wr * LD, kw, Tk, lane);
+        att_store_rows<NT, true>(a.dkv + w.k + C, ldk, dv[0], 1.0f, 1.0f, Vs + wr * LD, kw, Tk, lane);
+    } else {
+        att_store_rows<NT, false>(a.dkv + w.k, ldk, dk[0], a.scale, a.scale, Ks + wr * LD, kw, Tk, lane);
+        att_store_rows<NT, false>(a.dkv + w.k + C, ldk, dv[0], 1.0f, 1.0f, Vs + wr * LD, kw, Tk, lane);
+    }
 }
 
 template <int HS, int NW, int MINB>
