@@ -66,6 +66,7 @@ command -v compute-sanitizer >/dev/null || missing+=("compute-sanitizer")
 pkg-config --exists libpcre2-8 2>/dev/null || missing+=("PCRE2 (libpcre2-dev) or pkg-config")
 pkg-config --exists libcjson 2>/dev/null || missing+=("cJSON (libcjson-dev)")
 [ -f "$LIBROOT"/usr/include/uthash.h ] || missing+=("uthash (uthash-dev)")
+[ -f "$LIBROOT"/usr/include/zlib.h ] || [ -f /usr/include/zlib.h ] || missing+=("zlib (zlib1g-dev)")
 command -v mpicc >/dev/null || missing+=("MPI (libopenmpi-dev)")
 if [ ${#missing[@]} -gt 0 ]; then
     echo "device_gpu.sh: this machine cannot build loom; missing:"

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages loom builds against (see README "Dependencies").
-PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev
+PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev zlib1g-dev
       libopenmpi-dev openmpi-bin nodejs npm)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -3,28 +3,35 @@
 // in the checkpoint folder:
 //   model_S.bin          the whole model, an llm.c model file (version 3, fp32), written by rank 0
 //                        (gathered from the tensor-parallel shards and pipeline stages) — usable
-//                        alone with `loom eval` / `loom sample` / `train --init`
+//                        alone with `loom eval` / `loom sample` / `train --init`; its CRC-32 is in
+//                        the metadata
 //   state_S_R.bin        optimizer state of rank R over its shard of the parameters (its tensor-
 //                        parallel shard, and under ZeRO 1/2 its data-parallel piece of that;
 //                        with ZeRO 0 only the ranks of data-parallel replica 0 save): header of 32
-//                        int64 (magic 20241122, version 2, rank, world size, step, elements, data
-//                        position, seed, ZeRO stage), then the AdamW first and second moments
-//                        (fp32 each) and, in mixed precision (header[9] = 1), the fp32 master
-//                        weights
-//   ckpt_S.json          metadata (step, mesh, ZeRO stage, bucket size, files, model config,
-//                        the parameter table's tensors with their shard specs, batch layout,
-//                        seed, data position), written LAST by rank 0 after every rank has
-//                        saved: its presence marks the checkpoint complete
+//                        int64 (magic 20241122, version 3, rank, world size, step, elements, data
+//                        position, seed, ZeRO stage, master weights present, CRC-32 of the
+//                        payload), then the AdamW first and second moments (fp32 each) and, in
+//                        mixed precision (header[9] = 1), the fp32 master weights. Version 2
+//                        (no CRC) is read too.
+//   ckpt_S.json          metadata (format "loom-checkpoint", version 4; step, mesh, ZeRO stage,
+//                        bucket size, files, the model file's CRC-32, model config, the
+//                        parameter table's tensors with their shard specs, batch layout, seed,
+//                        data position, the schedule's horizon), written LAST by rank 0 after
+//                        every rank has saved: its presence marks the checkpoint complete
 // (S as 8 digits, R as 5). Every file is written atomically (core/fileio.h), so a kill during a
 // save leaves the previous checkpoint loadable; resume takes the newest step with metadata.
+// Readers refuse what a save cannot have written: fields out of range or inconsistent with each
+// other or with the files, NaN or infinite values, a negative second moment, a wrong checksum.
+// The folder itself (its lock and the leftovers of an interrupted save) is ckpt/folder.h's.
 #pragma once
 #include "model/gpt2_config.h"
 #include "model/param_table.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-enum { LOOM_STATE_MAGIC = 20241122, LOOM_STATE_VERSION = 2 };
+enum { LOOM_STATE_MAGIC = 20241122, LOOM_STATE_VERSION = 3, LOOM_META_VERSION = 4 };
 
 typedef struct {
     int64_t step;          // optimizer steps completed
@@ -38,10 +45,19 @@ typedef struct {
                                           // (zb-v, dualpipev): which blocks each rank's state covers
     int64_t bucket_elements;              // gradient bucket length (ZeRO shards follow it)
     double train_loss;                    // loss of the last step
+    int64_t lr_total_steps;               // the learning-rate schedule's horizon when saved (0: not recorded)
+    int64_t model_crc32;                  // CRC-32 of model_S.bin (-1: not recorded, older checkpoints)
 } loom_train_state;
 
-// Rank 0: the model file of step st->step. Errors: LOOM_EIO naming the file.
-loom_status loom_ckpt_save_model(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
+typedef enum { LOOM_CKPT_MODEL, LOOM_CKPT_STATE, LOOM_CKPT_META } loom_ckpt_file;
+
+// The path of a checkpoint file: DIR/model_S.bin, DIR/state_S_R.bin (`rank` R), DIR/ckpt_S.json;
+// with dir NULL the file name alone.
+void loom_ckpt_path(char *out, size_t cap, const char *dir, loom_ckpt_file kind, int64_t step, int rank);
+
+// Rank 0: the model file of step st->step; its CRC-32 goes to st->model_crc32 (for the
+// metadata). Errors: LOOM_EIO naming the file.
+loom_status loom_ckpt_save_model(const char *dir, loom_train_state *st, const loom_gpt2_config *cfg,
                                  const float *params, int64_t n);
 // Rank `rank`'s optimizer state (n elements of m, v and master; master NULL in fp32 runs).
 // Errors: LOOM_EIO naming the file.
@@ -55,13 +71,18 @@ loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, con
 // Newest complete checkpoint in `dir`; *step = -1 when there is none. Errors: LOOM_EIO when
 // `dir` cannot be read.
 loom_status loom_ckpt_latest(const char *dir, int64_t *step);
-// The metadata of step `step`. Errors: LOOM_EIO / LOOM_EFORMAT naming the file.
+// The metadata of step `step`, validated: format and version, every number in its range, the
+// seed, the step against the file name, the mesh, state files and data position against each
+// other, the file names, and the model file present. Errors: LOOM_EIO / LOOM_EFORMAT naming the
+// file and the field.
 loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state *st);
-// The parameters of step `step` (malloc'ed, *n elements). Errors as loom_llmc_read.
-loom_status loom_ckpt_load_model(const char *dir, int64_t step, loom_gpt2_config *cfg, float **params,
-                                 int64_t *n);
+// The parameters of step st->step (malloc'ed, *n elements), their checksum checked against
+// st->model_crc32 (when recorded). Errors as loom_llmc_read; LOOM_EFORMAT for a checksum mismatch.
+loom_status loom_ckpt_load_model(const char *dir, const loom_train_state *st, loom_gpt2_config *cfg,
+                                 float **params, int64_t *n);
 // State file `rank` of step st->step into m, v (n elements each, checked against the header)
 // and, when master is not NULL and the file has them, the master weights (*has_master says).
-// Errors: LOOM_EIO / LOOM_EFORMAT naming the file and the disagreement.
+// Errors: LOOM_EIO / LOOM_EFORMAT naming the file and the disagreement: header, size, checksum,
+// a value that is NaN or infinite, a negative second moment.
 loom_status loom_ckpt_load_state(const char *dir, const loom_train_state *st, int rank, float *m, float *v,
                                  float *master, bool *has_master, int64_t n);

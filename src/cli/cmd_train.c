@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/train_options.h"
+#include "ckpt/folder.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -17,7 +18,6 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-#include <sys/stat.h>
 
 typedef struct {
     double busy, total; // pipeline: seconds in compute and in steps, summed over the steps after the first
@@ -32,21 +32,60 @@ typedef struct {
     loom_loader *train, *val;
     loom_tokenizer *tok; // rank 0, when sampling
     FILE *metrics;       // rank 0
+    loom_ckpt_lock *lock; // rank 0: the checkpoint folder's
+    int64_t skipped;     // steps skipped as not finite (--skip-nonfinite)
 } run;
 
 static void loader_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
     loom_loader_get(ctx, index, inputs, targets);
 }
 
-static void log_metrics(run *r, const char *const *keys, const double *vals, int n) {
-    if (!r->metrics) return;
+// Rank 0 (the others return LOOM_OK). Errors: LOOM_EIO when the line cannot be written (a
+// full disk, /dev/full): the caller agrees on it across ranks.
+static loom_status log_metrics(run *r, const char *const *keys, const double *vals, int n) {
+    if (!r->metrics) return LOOM_OK;
     cJSON *j = cJSON_CreateObject();
     for (int i = 0; i < n; i++) cJSON_AddNumberToObject(j, keys[i], vals[i]);
     char *line = cJSON_PrintUnformatted(j);
-    fprintf(r->metrics, "%s\n", line);
-    fflush(r->metrics);
+    int err = fprintf(r->metrics, "%s\n", line) >= 0 && fflush(r->metrics) == 0 ? 0 : errno;
     free(line);
     cJSON_Delete(j);
+    if (!err) return LOOM_OK;
+    return loom_fail(LOOM_EIO, "is the disk full? check --metrics", "writing metrics file %s failed: %s", r->o.metrics,
+                     strerror(err));
+}
+
+// Rank 0, before the trainer: the checkpoint folder made and locked (its write access checked
+// before step 1), and on --resume the leftovers of an interrupted save removed, or a note that
+// there is nothing to resume.
+static loom_status open_ckpt_dir(run *r) {
+    const train_options *o = &r->o;
+    if (!o->ckpt_dir || loom_comm_rank(r->world) != 0) return LOOM_OK;
+    LOOM_TRY(loom_ckpt_lock_take(o->ckpt_dir, &r->lock));
+    if (!o->resume) return LOOM_OK;
+    int removed;
+    int64_t latest;
+    LOOM_TRY(loom_ckpt_clean(o->ckpt_dir, &removed));
+    if (removed)
+        loom_info("removed %d leftover file%s of an interrupted save from %s\n", removed, removed == 1 ? "" : "s",
+                  o->ckpt_dir);
+    LOOM_TRY(loom_ckpt_latest(o->ckpt_dir, &latest));
+    if (latest < 0) loom_info("note: --resume: no checkpoint in %s yet, so the run starts from step 0\n", o->ckpt_dir);
+    return LOOM_OK;
+}
+
+// A resumed run whose --steps differ from the checkpoint's: the cosine schedule's horizon moves
+// with --steps (the learning rate follows the new schedule from the resumed step on), said here.
+static void note_horizon(const run *r) {
+    const loom_trainer *t = r->t;
+    int64_t was = t->st.lr_total_steps, now = r->o.steps;
+    if (t->st.step == 0 || was == 0 || was == now) return;
+    loom_lr_schedule old = t->cfg.lr;
+    old.total = was;
+    loom_info("note: --steps %lld differs from the checkpoint's %lld: the learning-rate schedule now ends at step "
+              "%lld, so the rate at step %lld is %.3g, not %.3g (resume with --steps %lld to keep it)\n",
+              (long long)now, (long long)was, (long long)now, (long long)t->st.step + 1,
+              (double)loom_lr_at(&t->cfg.lr, t->st.step), (double)loom_lr_at(&old, t->st.step), (long long)was);
 }
 
 // Data, checkpoint folder, tokenizer and metrics: this rank's part of the set-up after the
@@ -54,9 +93,6 @@ static void log_metrics(run *r, const char *const *keys, const double *vals, int
 static loom_status open_io(run *r) {
     const train_options *o = &r->o;
     int B = o->run.batch, T = r->t->st.seq_len, V = r->t->model->cfg.vocab_size, rank = loom_comm_rank(r->world);
-    if (o->ckpt_dir && mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
-        return loom_fail(LOOM_EIO, "check --ckpt-dir", "cannot create checkpoint folder %s: %s", o->ckpt_dir,
-                         strerror(errno));
     LOOM_TRY(loom_loader_open(&r->train, o->train_data, B, T, V, o->shuffle, r->t->st.seed));
     if (o->val_data) {
         LOOM_TRY(loom_loader_open(&r->val, o->val_data, B, T, V, false, r->t->st.seed));
@@ -94,9 +130,9 @@ static void print_config(const run *r) {
                   o->run.init ? o->run.init : (t->st.step ? "resumed" : o->model), c->num_layers, c->num_heads,
                   c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     cli_table_row("parameters", "%s", n);
-    cli_table_row("micro-batch", "B=%d x T=%d = %d tokens", B, T, B * T);
-    cli_table_row("global batch", "%d sequences = %d tokens (%d dp ranks x accumulation %d)", G, G * T, t->dp_size,
-                  t->grad_accum);
+    cli_table_row("micro-batch", "B=%d x T=%d = %lld tokens", B, T, (long long)B * T);
+    cli_table_row("global batch", "%d sequences = %lld tokens (%d dp ranks x accumulation %d)", G, (long long)G * T,
+                  t->dp_size, t->grad_accum);
     cli_table_row("mesh", "%s", mesh);
     if (o->run.tp > 1)
         cli_table_row("tensor parallel", "tp %d: %d heads per rank, vocabulary-parallel loss%s", o->run.tp, t->model->NH,
@@ -139,13 +175,13 @@ static void print_config(const run *r) {
     cli_table_rule();
 }
 
-static loom_status validate(run *r, int64_t step) {
+static loom_status validate(run *r, int64_t step, bool *report) {
     if (!r->val) return LOOM_OK;
     double loss;
     LOOM_TRY(loom_train_eval(r->t, loader_batch, r->val, r->o.val_batches, &loss));
     loom_info("val loss %.4f (step %lld)\n", loss, (long long)step);
-    log_metrics(r, (const char *[]){"step", "val_loss"}, (double[]){(double)step, loss}, 2);
-    return LOOM_OK;
+    return loom_comm_agree(r->world, log_metrics(r, (const char *[]){"step", "val_loss"}, (double[]){(double)step, loss}, 2),
+                           report);
 }
 
 // A token of a sample: printed by rank 0; every rank stops at the end of a document.
@@ -223,8 +259,25 @@ static void print_pipeline(const run *r) {
     free(all);
 }
 
+// One optimizer step, *skipped when its loss or gradient norm is not finite: then nothing of it
+// is applied, and the run stops with an error naming the step, or with --skip-nonfinite goes on
+// past it. The same on every rank (the loss and the norm are global).
+static loom_status step_once(run *r, loom_step_result *s, bool *skipped) {
+    loom_trainer *t = r->t;
+    LOOM_TRY(loom_train_backward(t, loader_batch, r->train, s));
+    *skipped = !isfinite(s->loss) || !isfinite(s->norm);
+    if (!*skipped) return loom_train_update(t, s);
+    if (!r->o.skip_nonfinite)
+        return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup, or add --skip-nonfinite to skip such steps",
+                         "step %lld: loss %g, gradient norm %g: not finite, so the run stops (the step is not "
+                         "applied, no checkpoint of it is written)", (long long)t->st.step + 1, s->loss, s->norm);
+    loom_train_skip(t);
+    r->skipped++;
+    return LOOM_OK;
+}
+
 // Failures inside the loop are the same on every rank (the loss is global, collectives fail
-// everywhere) except checkpoint saves, which agree on who reports.
+// everywhere) except checkpoint saves and the metrics file, which agree on who reports.
 static loom_status train_loop(run *r, bool *report) {
     const train_options *o = &r->o;
     loom_trainer *t = r->t;
@@ -233,11 +286,12 @@ static loom_status train_loop(run *r, bool *report) {
     *report = loom_comm_rank(r->world) == 0;
     while (t->st.step < o->steps) {
         int64_t step = t->st.step;
-        if (o->val_every && step % o->val_every == 0) LOOM_TRY(validate(r, step));
+        if (o->val_every && step % o->val_every == 0) LOOM_TRY(validate(r, step, report));
         if (o->sample_every && step > 0 && step % o->sample_every == 0) LOOM_TRY(sample(r, step));
         double t0 = loom_now();
         loom_step_result s;
-        LOOM_TRY(loom_train_step(t, loader_batch, r->train, &s));
+        bool skipped;
+        LOOM_TRY(step_once(r, &s, &skipped));
         double dt = loom_now() - t0;
         if (t->pipe && t->st.step > first + 1) { // the first step warms up
             const loom_pp_stats *ps = loom_pp_last_stats(t->pipe);
@@ -245,22 +299,32 @@ static loom_status train_loop(run *r, bool *report) {
             r->pipe.peak = ps->peak_in_flight > r->pipe.peak ? ps->peak_in_flight : r->pipe.peak;
         }
         double eta_s = (loom_now() - t_start) / (double)(step + 1 - first) * (double)(o->steps - step - 1);
-        if (!isfinite(s.loss))
-            return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup", "loss is %g at step %lld", s.loss,
-                             (long long)t->st.step);
         char eta[32];
         cli_human_duration(eta, sizeof eta, eta_s);
-        loom_info("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n",
-                  (long long)t->st.step, (long long)o->steps, s.loss, (double)s.lr, s.norm, dt * 1e3,
-                  tokens_per_step / dt, eta);
-        log_metrics(r, (const char *[]){"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s"},
-                    (double[]){(double)t->st.step, s.loss, s.lr, s.norm, dt, tokens_per_step / dt}, 6);
+        loom_status io;
+        if (skipped) {
+            loom_info("step %5lld/%lld | loss %g | norm %g | skipped: not finite (%lld so far) | eta %s\n",
+                      (long long)t->st.step, (long long)o->steps, s.loss, s.norm, (long long)r->skipped, eta);
+            io = log_metrics(r, (const char *[]){"step", "loss", "grad_norm", "skipped"},
+                             (double[]){(double)t->st.step, s.loss, s.norm, 1}, 4);
+        } else {
+            loom_info("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n",
+                      (long long)t->st.step, (long long)o->steps, s.loss, (double)s.lr, s.norm, dt * 1e3,
+                      tokens_per_step / dt, eta);
+            io = log_metrics(r, (const char *[]){"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s"},
+                             (double[]){(double)t->st.step, s.loss, s.lr, s.norm, dt, tokens_per_step / dt}, 6);
+        }
+        if (io == LOOM_OK) io = loom_comm_launcher_check(); // orphaned by a killed mpirun: stop
+        LOOM_TRY(loom_comm_agree(r->world, io, report));
         loom_fault_point("step");
         if (o->ckpt_dir && o->ckpt_every && t->st.step % o->ckpt_every == 0 && t->st.step < o->steps)
             LOOM_TRY(loom_trainer_save(t, o->ckpt_dir, report));
     }
-    LOOM_TRY(validate(r, t->st.step));
+    LOOM_TRY(validate(r, t->st.step, report));
     if (o->sample_every) LOOM_TRY(sample(r, t->st.step));
+    if (r->skipped)
+        loom_info("skipped %lld of %lld steps: loss or gradient norm not finite (--skip-nonfinite)\n",
+                  (long long)r->skipped, (long long)(t->st.step - first));
     print_peak(r);
     print_pipeline(r);
     return o->ckpt_dir ? loom_trainer_save(t, o->ckpt_dir, report) : LOOM_OK;
@@ -277,11 +341,13 @@ int loom_cmd_train(int argc, char **argv) {
     loom_log_set_rank(rank, W);
     bool help = false, report = rank == 0;
     s = train_options_parse(&r.o, argc, argv, W, &help);
+    if (s == LOOM_OK && !help) s = loom_comm_agree(r.world, open_ckpt_dir(&r), &report);
     if (s == LOOM_OK && !help) s = loom_trainer_create(&r.t, r.world, &r.o.run, &report);
     if (s == LOOM_OK && !help) r.t->timed = r.t->pipe != NULL; // each stage's busy time, synchronised
     if (s == LOOM_OK && !help) s = loom_comm_agree(r.world, open_io(&r), &report);
     if (s == LOOM_OK && !help) {
         print_config(&r);
+        note_horizon(&r);
         s = train_loop(&r, &report);
     }
     if (s != LOOM_OK && report) loom_print_error();
@@ -290,6 +356,7 @@ int loom_cmd_train(int argc, char **argv) {
     loom_loader_close(r.train);
     loom_loader_close(r.val);
     loom_trainer_free(r.t);
+    loom_ckpt_lock_release(r.lock);
     loom_comm_finalize(r.world);
     return s == LOOM_OK ? 0 : 1;
 }

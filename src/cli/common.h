@@ -9,6 +9,17 @@
 // (loom_backend_open). Errors: those of loom_backend_open.
 loom_status cli_open_backend(const char *device, const char *precision, int threads, int local_rank,
                              loom_backend **be);
+// Ranges of the flags several commands share (cli/flags.h: min, max): CPU threads, micro-batch
+// B, sequence length T and maximum (0: the model's), model overrides (0: the config's value),
+// seeds, tokens to sample.
+#define CLI_THREADS_RANGE 0, 1024
+#define CLI_BATCH_RANGE 1, 65536
+#define CLI_SEQ_RANGE 0, 1 << 20
+#define CLI_LAYERS_RANGE 0, 1024
+#define CLI_HEADS_RANGE 0, 1024
+#define CLI_CHANNELS_RANGE 0, 65536
+#define CLI_SEED_RANGE 0, (double)INT64_MAX
+#define CLI_TOKENS_RANGE 1, 1 << 20
 // Help texts of the --device and --precision flags.
 #define CLI_DEVICE_HELP "auto (a GPU when present, else cpu), cpu, cuda, cuda:N"
 #define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32 or bf16"

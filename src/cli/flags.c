@@ -9,6 +9,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The type's own limit: a range that reaches it has no upper end to print.
+static double type_max(loom_flag_type t) {
+    return t == FLAG_INT ? INT_MAX : t == FLAG_I64 ? (double)INT64_MAX : FLT_MAX;
+}
+
+// A numeric flag's range in words: "in [0, 1024]", "in [0, 1)", ">= 1", "> 0".
+static void range_text(const loom_flag *f, char *out, size_t cap) {
+    if (f->max >= type_max(f->type))
+        snprintf(out, cap, "%s %.15g", f->open & FLAG_ABOVE_MIN ? ">" : ">=", f->min);
+    else
+        snprintf(out, cap, "in %c%.15g, %.15g%c", f->open & FLAG_ABOVE_MIN ? '(' : '[', f->min, f->max,
+                 f->open & FLAG_BELOW_MAX ? ')' : ']');
+}
+
+// The value against the flag's range. Errors: LOOM_EINVAL "--threads must be in [0, 1024], got 100000".
+static loom_status check_range(const loom_cli *cli, const loom_flag *f, double v, const char *text) {
+    bool above = f->open & FLAG_ABOVE_MIN ? v > f->min : v >= f->min;
+    bool below = f->open & FLAG_BELOW_MAX ? v < f->max : v <= f->max;
+    if (above && below) return LOOM_OK;
+    char range[80], hint[160];
+    range_text(f, range, sizeof range);
+    snprintf(hint, sizeof hint, "run 'loom %s --help' for the flags and their ranges", cli->command);
+    return loom_fail(LOOM_EINVAL, hint, "--%s must be %s, got %s", f->name, range, text);
+}
+
 static loom_status parse_value(const loom_cli *cli, const loom_flag *f, const char *text) {
     char hint[160];
     snprintf(hint, sizeof hint, "run 'loom %s --help' for the flags", cli->command);
@@ -21,6 +46,7 @@ static loom_status parse_value(const loom_cli *cli, const loom_flag *f, const ch
         if (end == text || *end != '\0' || errno == ERANGE ||
             (f->type == FLAG_INT && (v < INT_MIN || v > INT_MAX)))
             return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is not an integer", f->name, text);
+        LOOM_TRY(check_range(cli, f, (double)v, text));
         if (f->type == FLAG_INT)
             *(int *)f->dst = (int)v;
         else
@@ -36,6 +62,7 @@ static loom_status parse_value(const loom_cli *cli, const loom_flag *f, const ch
         if (fabs(v) > FLT_MAX || (v != 0 && fabs(v) < FLT_TRUE_MIN))
             return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is outside the range of a float (%g to %g)",
                              f->name, text, (double)FLT_TRUE_MIN, (double)FLT_MAX);
+        LOOM_TRY(check_range(cli, f, v, text));
         *(float *)f->dst = (float)v;
         return LOOM_OK;
     }
@@ -52,6 +79,7 @@ loom_status loom_flags_parse(const loom_cli *cli, int argc, char **argv, bool *h
     *help = false;
     struct option *opts = calloc((size_t)cli->nflags + 2, sizeof *opts);
     for (int i = 0; i < cli->nflags; i++) {
+        LOOM_CHECK(cli->flags[i].type >= FLAG_STR || cli->flags[i].min < cli->flags[i].max); // a range each
         opts[i].name = cli->flags[i].name;
         opts[i].has_arg = cli->flags[i].type == FLAG_BOOL ? no_argument : required_argument;
         opts[i].val = 256 + i;
@@ -107,10 +135,14 @@ void loom_flags_usage(const loom_cli *cli, FILE *f) {
             break;
         case FLAG_BOOL: break;
         }
-        char left[48];
+        char left[48], range[80] = "";
         snprintf(left, sizeof left, "--%s%s", fl->name, fl->type == FLAG_BOOL ? "" : " X");
+        if (fl->type < FLAG_STR) {
+            range[0] = ',', range[1] = ' ';
+            range_text(fl, range + 2, sizeof range - 2);
+        }
         if (def[0])
-            fprintf(f, "  %-22s %s (default %s)\n", left, fl->help, def);
+            fprintf(f, "  %-22s %s (default %s%s)\n", left, fl->help, def, range);
         else
             fprintf(f, "  %-22s %s\n", left, fl->help);
     }

@@ -3,41 +3,25 @@
 #include "cli/common.h"
 #include "cli/flags.h"
 
+#include <float.h>
+#include <limits.h>
 #include <string.h>
 
-
-static loom_status check_positive(const char *flag, int64_t v) {
-    if (v >= 1) return LOOM_OK;
-    return loom_fail(LOOM_EINVAL, "use a value of 1 or more", "--%s must be >= 1, got %lld", flag,
-                     (long long)v);
-}
-
-static loom_status check_nonneg(const char *flag, int64_t v) {
-    if (v >= 0) return LOOM_OK;
-    return loom_fail(LOOM_EINVAL, "use 0 to turn it off", "--%s must be >= 0, got %lld", flag,
-                     (long long)v);
-}
-
 // The mesh: --tp/--pp/--cp fill the world with dp = world / (tp pp cp) data-parallel ranks.
+// (Each flag's own range is checked by the parser.)
 static loom_status validate_mesh(train_options *o, int world_size) {
     loom_train_config *r = &o->run;
-    LOOM_TRY(check_positive("tp", r->tp));
-    LOOM_TRY(check_positive("pp", r->pp));
-    LOOM_TRY(check_positive("cp", r->cp));
-    LOOM_TRY(check_positive("dp-replicate", r->dp_replicate));
-    if (r->zero < 0 || r->zero > 3)
-        return loom_fail(LOOM_EINVAL, "use --zero 0, 1, 2 or 3", "--zero must be 0, 1, 2 or 3, got %d", r->zero);
     loom_cp_style style;
     LOOM_TRY(loom_cp_style_parse(r->cp_style, &style));
     if (r->sp && r->tp == 1)
         return loom_fail(LOOM_EINVAL, "add --tp 2 or more: sequence parallelism splits rows over the tensor-parallel ranks",
                          "--sp needs --tp 2 or more, got --tp 1");
-    int model_ranks = r->tp * r->pp * r->cp;
+    int64_t model_ranks = (int64_t)r->tp * r->pp * r->cp;
     if (world_size % model_ranks != 0)
         return loom_fail(LOOM_EINVAL, "launch a multiple of tp x pp x cp ranks",
                          "%d ranks do not fill a mesh of --tp %d x --pp %d x --cp %d", world_size, r->tp, r->pp,
                          r->cp);
-    o->dp = world_size / model_ranks;
+    o->dp = (int)(world_size / model_ranks);
     if (o->dp % r->dp_replicate != 0)
         return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
                          "--dp-replicate %d does not divide the %d data-parallel ranks", r->dp_replicate, o->dp);
@@ -75,24 +59,17 @@ static loom_status validate(train_options *o, int world_size) {
     if (!o->train_data)
         return loom_fail(LOOM_EINVAL, "give the training shards, e.g. --train-data 'data/x_train_*.bin'",
                          "--train-data is required");
-    LOOM_TRY(check_positive("batch", r->batch));
-    LOOM_TRY(check_positive("steps", o->steps));
-    LOOM_TRY(check_nonneg("seq", r->seq));
-    LOOM_TRY(check_nonneg("warmup", o->warmup));
-    LOOM_TRY(check_nonneg("val-every", o->val_every));
-    LOOM_TRY(check_positive("val-batches", o->val_batches));
-    LOOM_TRY(check_nonneg("sample-every", o->sample_every));
-    LOOM_TRY(check_positive("sample-tokens", o->sample_tokens));
-    LOOM_TRY(check_nonneg("ckpt-every", o->ckpt_every));
-    LOOM_TRY(check_nonneg("threads", r->threads));
     LOOM_TRY(validate_mesh(o, world_size));
-    LOOM_TRY(check_nonneg("virtual-stages", r->virtual_stages));
     if ((r->pp > 1 || r->cp > 1) && o->sample_every)
         return loom_fail(LOOM_EUNSUPPORTED, "sample the saved model with 'loom sample --model DIR/model_S.bin'",
                          "--sample-every: sampling during training under --%s %d is not in this version of loom",
                          r->pp > 1 ? "pp" : "cp", r->pp > 1 ? r->pp : r->cp);
-    if (r->global_batch == 0) r->global_batch = r->batch * o->dp;
-    if (r->global_batch < 0 || r->global_batch % (r->batch * o->dp) != 0) {
+    int64_t per_step = (int64_t)r->batch * o->dp; // sequences of one micro-batch on every data-parallel rank
+    if (r->global_batch == 0 && per_step > 1 << 20)
+        return loom_fail(LOOM_EINVAL, "lower --batch", "%d data-parallel ranks x --batch %d exceed 1048576 sequences per step",
+                         o->dp, r->batch);
+    if (r->global_batch == 0) r->global_batch = (int)per_step;
+    if (r->global_batch % per_step != 0) {
         if (o->dp == 1)
             return loom_fail(LOOM_EINVAL, "make --global-batch a multiple of --batch",
                              "--global-batch %d is not a positive multiple of --batch %d", r->global_batch, r->batch);
@@ -101,15 +78,6 @@ static loom_status validate(train_options *o, int world_size) {
                          o->dp, o->dp == world_size ? "ranks" : "data-parallel ranks", r->batch);
     }
     const loom_adamw_config *a = &r->adamw;
-    if (!(a->lr > 0)) return loom_fail(LOOM_EINVAL, "e.g. --lr 6e-4", "--lr must be > 0, got %g", (double)a->lr);
-    if (!(a->beta1 >= 0 && a->beta1 < 1) || !(a->beta2 >= 0 && a->beta2 < 1))
-        return loom_fail(LOOM_EINVAL, "betas lie in [0, 1)", "--beta1 %g / --beta2 %g out of range",
-                         (double)a->beta1, (double)a->beta2);
-    if (!(a->eps > 0)) return loom_fail(LOOM_EINVAL, NULL, "--eps must be > 0, got %g", (double)a->eps);
-    if (a->weight_decay < 0 || a->grad_clip < 0)
-        return loom_fail(LOOM_EINVAL, "use 0 to turn it off",
-                         "--weight-decay %g and --grad-clip %g must be >= 0", (double)a->weight_decay,
-                         (double)a->grad_clip);
     if (o->min_lr < 0) o->min_lr = a->lr * 0.1f;
     if (o->min_lr > a->lr)
         return loom_fail(LOOM_EINVAL, "the floor must not exceed --lr", "--min-lr %g exceeds --lr %g",
@@ -142,53 +110,54 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
     const loom_flag flags[] = {
         {"model", FLAG_STR, &o->model, "named config: gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"init", FLAG_STR, &r->init, "start from this llm.c model file instead of random weights"},
-        {"layers", FLAG_INT, &o->layers, "override the config's layers L"},
-        {"heads", FLAG_INT, &o->heads, "override the config's heads NH"},
-        {"channels", FLAG_INT, &o->channels, "override the config's channels C"},
-        {"max-seq", FLAG_INT, &o->max_seq, "override the config's maximum sequence length"},
-        {"vocab", FLAG_INT, &o->vocab, "override the config's vocabulary size V (token ids must lie below it)"},
+        {"layers", FLAG_INT, &o->layers, "override the config's layers L", CLI_LAYERS_RANGE},
+        {"heads", FLAG_INT, &o->heads, "override the config's heads NH", CLI_HEADS_RANGE},
+        {"channels", FLAG_INT, &o->channels, "override the config's channels C", CLI_CHANNELS_RANGE},
+        {"max-seq", FLAG_INT, &o->max_seq, "override the config's maximum sequence length", CLI_SEQ_RANGE},
+        {"vocab", FLAG_INT, &o->vocab, "override the config's vocabulary size V (token ids must lie below it)", 0, 65536},
         {"train-data", FLAG_STR, &o->train_data, "training token shards (file or glob)"},
         {"val-data", FLAG_STR, &o->val_data, "validation token shards (file or glob)"},
-        {"batch", FLAG_INT, &r->batch, "micro-batch size B (sequences)"},
-        {"seq", FLAG_INT, &r->seq, "sequence length T (0: the model's maximum)"},
-        {"global-batch", FLAG_INT, &r->global_batch, "sequences per optimizer step over all data-parallel ranks (0: dp x batch); accumulation = global-batch / (dp x batch)"},
+        {"batch", FLAG_INT, &r->batch, "micro-batch size B (sequences)", CLI_BATCH_RANGE},
+        {"seq", FLAG_INT, &r->seq, "sequence length T (0: the model's maximum)", CLI_SEQ_RANGE},
+        {"global-batch", FLAG_INT, &r->global_batch, "sequences per optimizer step over all data-parallel ranks (0: dp x batch); accumulation = global-batch / (dp x batch)", 0, 1 << 20},
         {"shuffle", FLAG_BOOL, &o->shuffle, "shuffle shards and micro-batch order per epoch (from --seed)"},
-        {"steps", FLAG_I64, &o->steps, "optimizer steps"},
-        {"lr", FLAG_FLOAT, &r->adamw.lr, "peak learning rate"},
-        {"min-lr", FLAG_FLOAT, &o->min_lr, "learning-rate floor of the cosine decay (-1: lr/10)"},
+        {"steps", FLAG_I64, &o->steps, "optimizer steps", 1, 1e12},
+        {"lr", FLAG_FLOAT, &r->adamw.lr, "peak learning rate", 0, FLT_MAX, FLAG_ABOVE_MIN},
+        {"min-lr", FLAG_FLOAT, &o->min_lr, "learning-rate floor of the cosine decay (-1: lr/10)", -1, FLT_MAX},
         {"schedule", FLAG_STR, &o->schedule, "cosine or constant (after warmup)"},
-        {"warmup", FLAG_INT, &o->warmup, "linear warmup steps"},
-        {"beta1", FLAG_FLOAT, &r->adamw.beta1, "AdamW beta1"},
-        {"beta2", FLAG_FLOAT, &r->adamw.beta2, "AdamW beta2"},
-        {"eps", FLAG_FLOAT, &r->adamw.eps, "AdamW epsilon"},
-        {"weight-decay", FLAG_FLOAT, &r->adamw.weight_decay, "decoupled weight decay (matrices and embeddings)"},
-        {"grad-clip", FLAG_FLOAT, &r->adamw.grad_clip, "clip the global gradient norm to this (0: off)"},
+        {"warmup", FLAG_INT, &o->warmup, "linear warmup steps", 0, INT_MAX},
+        {"beta1", FLAG_FLOAT, &r->adamw.beta1, "AdamW beta1", 0, 1, FLAG_BELOW_MAX},
+        {"beta2", FLAG_FLOAT, &r->adamw.beta2, "AdamW beta2", 0, 1, FLAG_BELOW_MAX},
+        {"eps", FLAG_FLOAT, &r->adamw.eps, "AdamW epsilon", 0, FLT_MAX, FLAG_ABOVE_MIN},
+        {"weight-decay", FLAG_FLOAT, &r->adamw.weight_decay, "decoupled weight decay (matrices and embeddings)", 0, FLT_MAX},
+        {"grad-clip", FLAG_FLOAT, &r->adamw.grad_clip, "clip the global gradient norm to this (0: off)", 0, FLT_MAX},
         {"stochastic-rounding", FLAG_BOOL, &r->adamw.stochastic_rounding, "bf16: round the parameters from the fp32 master weights stochastically (unbiased) instead of to nearest"},
-        {"seed", FLAG_I64, &o->seed, "seed of initialisation, shuffling and sampling"},
-        {"val-every", FLAG_INT, &o->val_every, "validation every N steps (0: only at the end)"},
-        {"val-batches", FLAG_INT, &o->val_batches, "micro-batches per validation"},
-        {"sample-every", FLAG_INT, &o->sample_every, "print a sample every N steps (0: off)"},
-        {"sample-tokens", FLAG_INT, &o->sample_tokens, "tokens per sample"},
-        {"ckpt-every", FLAG_INT, &o->ckpt_every, "checkpoint every N steps (0: only at the end)"},
+        {"seed", FLAG_I64, &o->seed, "seed of initialisation, shuffling and sampling", CLI_SEED_RANGE},
+        {"val-every", FLAG_INT, &o->val_every, "validation every N steps (0: only at the end)", 0, INT_MAX},
+        {"val-batches", FLAG_INT, &o->val_batches, "micro-batches per validation", 1, INT_MAX},
+        {"sample-every", FLAG_INT, &o->sample_every, "print a sample every N steps (0: off)", 0, INT_MAX},
+        {"sample-tokens", FLAG_INT, &o->sample_tokens, "tokens per sample", CLI_TOKENS_RANGE},
+        {"ckpt-every", FLAG_INT, &o->ckpt_every, "checkpoint every N steps (0: only at the end)", 0, INT_MAX},
         {"ckpt-dir", FLAG_STR, &o->ckpt_dir, "checkpoint folder (created if missing)"},
         {"resume", FLAG_BOOL, &o->resume, "continue from the newest checkpoint in --ckpt-dir"},
+        {"skip-nonfinite", FLAG_BOOL, &o->skip_nonfinite, "skip a step whose loss or gradient norm is NaN or infinite (no update) instead of stopping"},
         {"metrics", FLAG_STR, &o->metrics, "append per-step metrics to this JSON Lines file"},
         {"device", FLAG_STR, &r->device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &r->precision, CLI_PRECISION_HELP},
-        {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
+        {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},
         {"recompute", FLAG_STR, &o->recompute, "activations backward recomputes: none, gelu (the GELU output), full (whole blocks)"},
         {"offload", FLAG_STR, &o->offload, "what lives in host memory (comma list): optimizer (AdamW state, stepped on the CPU cores: ZeRO-Offload), params (ZeRO 3's parameter shard; with --zero 3 and optimizer), activations (each block's saved activations)"},
-        {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)"},
+        {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)", 1, 1024},
         {"sp", FLAG_BOOL, &r->sp, "sequence parallelism: LayerNorm and residual rows split over the --tp ranks too"},
-        {"pp", FLAG_INT, &r->pp, "pipeline-parallel ranks: the blocks split into consecutive stages over them"},
+        {"pp", FLAG_INT, &r->pp, "pipeline-parallel ranks: the blocks split into consecutive stages over them", 1, 1024},
         {"pp-schedule", FLAG_STR, &r->pp_schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-v, dualpipev ('loom schedule' draws them)"},
-        {"virtual-stages", FLAG_INT, &r->virtual_stages, "stages per pipeline rank of the interleaved schedule (0: the schedule's own)"},
-        {"cp", FLAG_INT, &r->cp, "context-parallel ranks: every sequence split over them, each holding 2 of 2 x cp chunks (the zigzag layout); --seq must divide by 2 x cp"},
+        {"virtual-stages", FLAG_INT, &r->virtual_stages, "stages per pipeline rank of the interleaved schedule (0: the schedule's own)", 0, LOOM_MAX_CHUNKS},
+        {"cp", FLAG_INT, &r->cp, "context-parallel ranks: every sequence split over them, each holding 2 of 2 x cp chunks (the zigzag layout); --seq must divide by 2 x cp", 1, 1024},
         {"cp-style", FLAG_STR, &r->cp_style, "context parallelism's attention: ring (keys/values passed around the ranks) or ulysses (all-to-all to heads; the heads per tp rank must divide by cp)"},
         {"device-comm", FLAG_STR, &r->device_comm, "collectives on GPU buffers: nccl, or mpi (staged through host memory, for ranks sharing a GPU)"},
-        {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients), 3 (and parameters: FSDP)"},
-        {"dp-replicate", FLAG_INT, &r->dp_replicate, "hybrid sharding (HSDP): the data-parallel ranks as this many replicas, ZeRO sharding within each"},
-        {"bucket-mb", FLAG_FLOAT, &o->bucket_mb, "gradient bucket size in MiB for the data-parallel reduction"},
+        {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients), 3 (and parameters: FSDP)", 0, 3},
+        {"dp-replicate", FLAG_INT, &r->dp_replicate, "hybrid sharding (HSDP): the data-parallel ranks as this many replicas, ZeRO sharding within each", 1, 65536},
+        {"bucket-mb", FLAG_FLOAT, &o->bucket_mb, "gradient bucket size in MiB for the data-parallel reduction", 0, 65536, FLAG_ABOVE_MIN},
     };
     const loom_cli cli = {"train", "Train a GPT-2 model on token shards.", "loom train --train-data PATTERN [flags]",
                           flags, (int)(sizeof flags / sizeof flags[0]), 0};

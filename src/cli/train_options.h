@@ -24,6 +24,7 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     const char *ckpt_dir, *metrics;
     bool resume;
+    bool skip_nonfinite;   // skip steps whose loss or gradient norm is not finite (else: stop)
     const char *recompute; // activation recomputation: none, gelu, full
     const char *offload;   // what lives in host memory: "" or a comma list (optimizer, params, activations)
     float bucket_mb;       // gradient bucket size

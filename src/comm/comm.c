@@ -6,14 +6,22 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-static bool launched_by_mpi(void) {
-    const char *forced = getenv("LOOM_COMM");
-    if (forced) return strcmp(forced, "mpi") == 0;
+// A launcher's variables in the environment (mpirun, srun).
+static bool has_launcher(void) {
     const char *slurm = getenv("SLURM_NTASKS");
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
            (slurm && atoi(slurm) > 1);
 }
+
+static bool launched_by_mpi(void) {
+    const char *forced = getenv("LOOM_COMM");
+    if (forced) return strcmp(forced, "mpi") == 0;
+    return has_launcher();
+}
+
+static pid_t launcher_pid = 0; // the parent that launched this rank (0: none)
 
 loom_status loom_comm_world(int *argc, char ***argv, loom_comm **world) {
     *world = NULL;
@@ -21,7 +29,14 @@ loom_status loom_comm_world(int *argc, char ***argv, loom_comm **world) {
         *world = comm_self_world();
         return LOOM_OK;
     }
+    if (has_launcher()) launcher_pid = getppid();
     return comm_mpi_world(argc, argv, world);
+}
+
+loom_status loom_comm_launcher_check(void) {
+    if (launcher_pid == 0 || getppid() == launcher_pid) return LOOM_OK;
+    return loom_fail(LOOM_EIO, "the job was stopped; resume it from the last checkpoint",
+                     "the launcher of this rank (pid %d: mpirun or srun) has exited", (int)launcher_pid);
 }
 
 #ifndef LOOM_HAVE_CUDA
@@ -141,8 +156,8 @@ loom_status loom_comm_agree(loom_comm *c, loom_status local, bool *report) {
         if (all[r] < first) first = all[r];
     free(all);
     LOOM_TRY(s);
+    if (first == c->size) return LOOM_OK; // *report stays: who reports a later failure the same everywhere
     *report = first == c->rank;
-    if (first == c->size) return LOOM_OK;
     if (local != LOOM_OK) return local;
     return loom_fail(LOOM_EIO, NULL, "rank %d failed", (int)first);
 }

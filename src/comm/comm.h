@@ -30,6 +30,11 @@ typedef struct loom_comm_req loom_comm_req;
 // LOOM_COMM=mpi), else "self". Errors: LOOM_EUNSUPPORTED when launched by MPI in a build
 // without it.
 loom_status loom_comm_world(int *argc, char ***argv, loom_comm **world);
+// Whether the launcher that started this process (mpirun, srun: its parent when
+// loom_comm_world found one in the environment) is still there. A rank whose launcher was
+// killed is an orphan: the job was stopped, and the rank should stop before it commits
+// anything. Errors: LOOM_EIO naming the launcher's pid when it is gone (never without a launcher).
+loom_status loom_comm_launcher_check(void);
 // Ends MPI if loom_comm_world started it; frees the world group.
 void loom_comm_finalize(loom_comm *world);
 
@@ -96,7 +101,8 @@ loom_status loom_comm_test(loom_comm_req *req, bool *done);
 // gets LOOM_OK when all succeeded. Otherwise it returns the failing status (its own, or
 // LOOM_EIO for ranks that succeeded) and *report is true on exactly one rank, the lowest that
 // failed, which should print its error; the others exit quietly, so a failure prints one line
-// and no rank hangs.
+// and no rank hangs. On success *report is left as it was (the rank that reports failures that
+// are the same on every rank).
 loom_status loom_comm_agree(loom_comm *c, loom_status local, bool *report);
 
 // The shard of n elements that rank r of `size` owns under even sharding with padding:

@@ -67,16 +67,52 @@ loom_status loom_atomic_save(const char *path, const void *const *parts, const s
     return loom_atomic_commit(&af);
 }
 
+const char *loom_file_kind(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    }
+    return "not a regular file";
+}
+
+loom_status loom_open_regular(const char *path, const char *what, const char *hint, int *fd) {
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); // O_NONBLOCK: a FIFO without a writer would block
+    if (*fd < 0) return loom_fail(LOOM_EIO, hint, "cannot open %s %s: %s", what, path, strerror(errno));
+    struct stat st;
+    int err = fstat(*fd, &st) != 0 ? errno : 0;
+    if (err || !S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        if (err) return loom_fail(LOOM_EIO, hint, "cannot open %s %s: %s", what, path, strerror(err));
+        return loom_fail(LOOM_EIO, "give a regular file", "%s %s is %s, not a regular file", what, path,
+                         loom_file_kind(st.st_mode));
+    }
+    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK);
+    return LOOM_OK;
+}
+
+loom_status loom_fopen_regular(const char *path, const char *what, const char *hint, FILE **f) {
+    int fd;
+    *f = NULL;
+    LOOM_TRY(loom_open_regular(path, what, hint, &fd));
+    if (!(*f = fdopen(fd, "rb"))) {
+        close(fd);
+        return loom_fail(LOOM_EIO, hint, "cannot open %s %s: %s", what, path, strerror(errno));
+    }
+    return LOOM_OK;
+}
+
 loom_status loom_read_file(const char *path, char **data, size_t *size) {
     *data = NULL;
     *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return loom_fail(LOOM_EIO, "check the path", "cannot open %s: %s", path, strerror(errno));
+    FILE *f;
+    LOOM_TRY(loom_fopen_regular(path, "file", "check the path", &f));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return loom_fail(LOOM_EIO, "give a regular file", "%s is not a regular file", path);
-    }
+    fstat(fileno(f), &st);
     char *buf = malloc((size_t)st.st_size + 1);
     if (!buf) {
         fclose(f);
@@ -98,9 +134,4 @@ loom_status loom_read_file(const char *path, char **data, size_t *size) {
 bool loom_path_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
-}
-
-bool loom_is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }

@@ -27,7 +27,15 @@ void loom_atomic_abort(loom_atomic_file *af);
 loom_status loom_atomic_save(const char *path, const void *const *parts, const size_t *bytes, int n);
 
 // Reads a whole file into a malloc'ed buffer (NUL-terminated for text use; *size excludes the
-// NUL). Errors: LOOM_EIO naming the path.
+// NUL). Errors: LOOM_EIO naming the path (missing, unreadable, or not a regular file).
 loom_status loom_read_file(const char *path, char **data, size_t *size);
+// Opens `path` for reading if it is a regular file, without blocking on a FIFO; *fd is the
+// open descriptor (blocking). `what` names the file in messages ("token shard"), `hint` is the
+// hint when it cannot be opened. Errors: LOOM_EIO "cannot open <what> <path>: <reason>", or
+// "<what> <path> is a directory (FIFO, socket, device), not a regular file".
+loom_status loom_open_regular(const char *path, const char *what, const char *hint, int *fd);
+// The same as a stdio stream ("rb").
+loom_status loom_fopen_regular(const char *path, const char *what, const char *hint, FILE **f);
+// What a stat mode is, in words: "a regular file", "a directory", "a FIFO (named pipe)", ...
+const char *loom_file_kind(unsigned mode);
 bool loom_path_exists(const char *path);
-bool loom_is_dir(const char *path);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void push_doc(loom_corpus *c, char *text, size_t len) {
     if (c->n == c->cap) {
@@ -87,9 +88,15 @@ static loom_status add_dir(loom_corpus *c, const char *path, const char *format)
 loom_status loom_corpus_add(loom_corpus *c, const char *path, const char *format) {
     if (strcmp(format, "auto") != 0 && strcmp(format, "text") != 0 && strcmp(format, "jsonl") != 0)
         return loom_fail(LOOM_EINVAL, "formats are: auto, text, jsonl", "unknown input format '%s'", format);
-    if (!loom_path_exists(path))
-        return loom_fail(LOOM_EIO, "check the input path", "input %s does not exist", path);
-    return loom_is_dir(path) ? add_dir(c, path, format) : add_file(c, path, format);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno == ENOENT ? loom_fail(LOOM_EIO, "check the input path", "input %s does not exist", path)
+                               : loom_fail(LOOM_EIO, NULL, "cannot read input %s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return add_dir(c, path, format);
+    if (!S_ISREG(st.st_mode))
+        return loom_fail(LOOM_EINVAL, "give text files, folders of them, or JSON Lines",
+                         "input %s is %s, not a file or folder", path, loom_file_kind(st.st_mode));
+    return add_file(c, path, format);
 }
 
 void loom_corpus_free(loom_corpus *c) {

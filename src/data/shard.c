@@ -24,8 +24,8 @@ static loom_status check_tokens(const loom_shard *s, int vocab_size) {
 loom_status loom_shard_open(loom_shard *s, const char *path, int vocab_size) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return loom_fail(LOOM_EIO, "check the data path", "cannot open token shard %s: %s", path, strerror(errno));
+    int fd;
+    LOOM_TRY(loom_open_regular(path, "token shard", "check the data path", &fd));
     struct stat st;
     int32_t h[256];
     loom_status r = LOOM_OK;

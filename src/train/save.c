@@ -2,6 +2,7 @@
 #include "core/log.h"
 #include "train/trainer_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 // value must be the same, bit for bit, on every rank of group c.
@@ -99,16 +100,29 @@ static loom_status save_state(loom_trainer *t, const char *dir) {
     return s;
 }
 
+// Parameters that are NaN or infinite are never saved. Errors: LOOM_EINVAL naming the step.
+static loom_status check_finite(const loom_trainer *t, const float *flat) {
+    double total = sumsq(&t->model->table, flat, false);
+    if (isfinite(total)) return LOOM_OK;
+    return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup; resume from the last checkpoint",
+                     "the parameters at step %lld are not finite (sum of squares %g): no checkpoint written",
+                     (long long)t->st.step, total);
+}
+
 loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report) {
     const loom_gpt2 *m = t->model;
     float *flat = loom_xmalloc((size_t)m->num_elements * sizeof(float)); // ZeRO 3: gathered unit by unit
     loom_status s = t->fsdp ? loom_fsdp_gather_params(t->fsdp, flat) : LOOM_OK;
     if (!t->fsdp) loom_gpt2_download(m, m->params, flat);
+    if (s == LOOM_OK) s = check_finite(t, flat);
+    s = loom_comm_agree(t->world, s, report); // on every rank, before the save's first collective
     if (s == LOOM_OK) s = check_replicas(t, flat);
     if (s == LOOM_OK) s = save_model(t, dir, flat);
     free(flat);
     if (s == LOOM_OK) s = save_state(t, dir);
+    if (s == LOOM_OK) s = loom_comm_launcher_check(); // mpirun gone: the job was stopped, commit nothing
     LOOM_TRY(loom_comm_agree(t->world, s, report));
+    t->st.lr_total_steps = t->cfg.lr.total;
     if (t->mesh->rank == 0) s = loom_ckpt_save_meta(dir, &t->st, &t->model->cfg, &t->model->table);
     LOOM_TRY(loom_comm_agree(t->world, s, report));
     loom_info("checkpoint %s/model_%08lld.bin\n", dir, (long long)t->st.step);

@@ -101,6 +101,12 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     return LOOM_OK;
 }
 
+// Past step t->st.step: the next step and its data.
+static void advance(loom_trainer *t) {
+    t->st.step++;
+    t->st.data_position = t->st.step * (int64_t)(t->cfg.global_batch / t->cfg.batch);
+}
+
 loom_status loom_train_update(loom_trainer *t, const loom_step_result *r) {
     const loom_train_config *c = &t->cfg;
     loom_gpt2 *m = t->model;
@@ -111,10 +117,15 @@ loom_status loom_train_update(loom_trainer *t, const loom_step_result *r) {
     if (t->fsdp) loom_fsdp_reshard(t->fsdp); // the gathered units are the old parameters
     if (t->timed) t->be->synchronize(t->be);
     t->time_opt = loom_now() - t0;
-    t->st.step++;
-    t->st.data_position = t->st.step * (int64_t)(c->global_batch / c->batch);
     t->st.train_loss = r->loss;
+    advance(t);
     return LOOM_OK;
+}
+
+void loom_train_skip(loom_trainer *t) {
+    if (t->fsdp) loom_fsdp_reshard(t->fsdp); // hands the gradient buffers back
+    t->opt->t++; // the bias correction counts the step, as llm.c's skipped updates do
+    advance(t);
 }
 
 loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {

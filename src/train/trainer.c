@@ -50,7 +50,7 @@ static loom_status read_start(loom_trainer *t, loom_gpt2_config *cfg, float **fi
     if (*resumed >= 0) {
         LOOM_TRY(loom_ckpt_load_meta(c->resume, *resumed, &t->st));
         LOOM_TRY(check_layout(t, *resumed));
-        return loom_ckpt_load_model(c->resume, *resumed, cfg, file, &n);
+        return loom_ckpt_load_model(c->resume, &t->st, cfg, file, &n);
     }
     if (c->init) LOOM_TRY(loom_llmc_read(c->init, cfg, file, &n));
     t->st = (loom_train_state){.seed = c->seed, .micro_batch = c->batch,

@@ -113,6 +113,10 @@ loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loo
 // rank's state, the parameters gathered, and t->st advanced.
 loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
 loom_status loom_train_update(loom_trainer *t, const loom_step_result *r);
+// Instead of the update (after loom_train_backward, on every rank): the step is skipped — no
+// parameter or moment changes — and t->st advances past it and its data (a step whose loss or
+// gradient norm is not finite, skipped as llm.c skips loss spikes; resume stays exact).
+void loom_train_skip(loom_trainer *t);
 // Mean loss over micro-batches 0..n-1 of `batch` (data-parallel rank d takes d, d + D, ...).
 loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int n, double *loss);
 // Saves step t->st.step into dir on every rank (model file gathered to rank 0, each rank's

@@ -9,3 +9,7 @@ loom_test(backend_optim SOURCES ${BACKEND_DIR}/test_backend_optim.c)
 loom_test(backend_threads SOURCES ${BACKEND_DIR}/test_backend_threads.c)
 loom_test(backend_vocab SOURCES ${BACKEND_DIR}/test_backend_vocab.c ${BACKEND_DIR}/ref.c)
 loom_test(backend_attention_blocks SOURCES ${BACKEND_DIR}/test_backend_attention_blocks.c ${BACKEND_DIR}/ref.c)
+# expf/tanhf of the CPU kernels under UBSan: NaN and infinities without undefined behaviour
+loom_test(cpu_math SOURCES ${BACKEND_DIR}/test_cpu_math.c)
+target_compile_options(test_cpu_math PRIVATE -fsanitize=undefined,float-cast-overflow -fno-sanitize-recover=all)
+target_link_options(test_cpu_math PRIVATE -fsanitize=undefined,float-cast-overflow)

@@ -3,34 +3,7 @@
 # Each case exits non-zero on failure, printing what differed.
 set -uo pipefail
 CASE=$1 LOOM=$2 FIX=$3
-WORK=$(mktemp -d /tmp/loom_cli_XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
-fail() { echo "FAIL [$CASE]: $*" >&2; exit 1; }
-
-# A tiny training run on the fixture shard (vocabulary 200), quick on any machine.
-train() { "$LOOM" train --init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" \
-    --batch 2 --seq 16 --global-batch 4 --steps 6 --lr 1e-3 --warmup 2 --threads 2 "$@"; }
-
-# Every path and file checksum below the working folder (but the captured output).
-snapshot() { find . ! -name out.txt ! -name err.txt | sort; find . -type f ! -name out.txt ! -name err.txt -exec md5sum {} + | sort; }
-
-# expect_error "words in the message" command...: non-zero exit, exactly one line on stderr,
-# in loom's error format, naming the problem; and nothing created or changed on disk.
-expect_error() {
-  local want=$1; shift
-  local before; before=$(snapshot)
-  "$@" >out.txt 2>err.txt && fail "'$*' succeeded; expected an error about '$want'"
-  local lines; lines=$(wc -l <err.txt)
-  [ "$lines" -eq 1 ] || fail "'$*' printed $lines lines on stderr: $(cat err.txt)"
-  grep -q "^loom: error: " err.txt || fail "error line format: $(cat err.txt)"
-  grep -q -F -- "$want" err.txt || fail "'$*' error lacks '$want': $(cat err.txt)"
-  [ "$(snapshot)" = "$before" ] || fail "'$*' changed files on disk"
-  echo "ok: $(cat err.txt)"
-}
-
-# numbers a and b agree within relative tolerance tol
-close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= t * b) }'; }
+source "$(dirname "$0")/cli_lib.sh"
 
 case $CASE in
 eval_fixture)
@@ -71,11 +44,18 @@ kill_during_save)
     [ $point -eq 8 ] && [ -f ck/model_00000004.bin ] && fail "write 8: partial model file visible"
     "$LOOM" eval --model ck/model_00000002.bin --data "$FIX/gpt2_eval_shard.bin" --batch 2 --seq 16 --batches 2 >/dev/null ||
       fail "previous checkpoint not loadable"
+    # left: write 8, the model file's temporary; write 9, the model file and the state's temporary
+    left=$(ls ck | grep -c -E '\.tmp\.|_00000004')
+    [ "$left" -eq $((point - 7)) ] || fail "write $point: expected $((point - 7)) leftovers: $(ls ck)"
     train --ckpt-dir ck --ckpt-every 2 --resume >resume.txt || fail "resume after the crash"
     grep -q "from step 2" resume.txt || fail "did not resume from step 2"
+    grep -q "removed $left leftover file.* of an interrupted save from ck" resume.txt || fail "no clean-up: $(head -3 resume.txt)"
+    ! ls ck | grep -q '\.tmp\.' || fail "temporaries left: $(ls ck)"
+    for f in ck/model_*.bin; do s=${f#ck/model_}; [ -f "ck/ckpt_${s%.bin}.json" ] || fail "$f without metadata"; done
+    [ ! -e ck/loom.lock ] || fail "the lock file outlived its run"
     cmp ref/model_00000006.bin ck/model_00000006.bin || fail "weights after crash+resume differ"
   done
-  echo "ok: a kill during a save leaves the previous checkpoint; resume is exact"
+  echo "ok: a kill during a save leaves the previous checkpoint; resume removes the leftovers and is exact"
   ;;
 
 bad_input)
@@ -140,7 +120,7 @@ tokenize)
   printf '%s\n' '{"text": "ok"' >broken.jsonl
   expect_error "broken.jsonl:1: not valid JSON" "$LOOM" tokenize --out out2 broken.jsonl
   expect_error "nowhere.txt does not exist" "$LOOM" tokenize --out out2 a.txt nowhere.txt
-  expect_error "--val-fraction 1.5" "$LOOM" tokenize --out out2 --val-fraction 1.5 a.txt
+  expect_error "--val-fraction must be in [0, 1), got 1.5" "$LOOM" tokenize --out out2 --val-fraction 1.5 a.txt
   expect_error "unknown input format 'xml'" "$LOOM" tokenize --out out2 --format xml a.txt
   expect_error "'abc' is not a token id" "$LOOM" decode 1 2 abc
   expect_error "token id 60000" "$LOOM" decode 60000

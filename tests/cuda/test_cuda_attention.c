@@ -171,9 +171,15 @@ static void test_blocks(att_case k, bool narrow) {
         if (a == 0 && k.nchunks > 1) { // a pair in the future, written over nonzero values: zeros
             int n1 = at[2] - at[1];
             size_t bq = (size_t)B * na * wq * es(), bkv = (size_t)B * n1 * wk * es();
-            void *zq = gpu->alloc(gpu, bq), *zkv = gpu->alloc(gpu, bkv), *fill = loom_xmalloc(bq > bkv ? bq : bkv);
-            memset(fill, 0x3f, bq > bkv ? bq : bkv); // about 0.75 in fp32 and bf16
-            gpu->upload(gpu, zq, fill, bq), gpu->upload(gpu, zkv, fill, bkv);
+            void *zq = gpu->alloc(gpu, bq), *zkv = gpu->alloc(gpu, bkv);
+            char *fill = loom_xcalloc(bq > bkv ? bq : bkv, 1);
+            for (int64_t r = 0; r < (int64_t)B * na; r++) // the q columns of dq: about 0.75 in fp32 and bf16
+                memset(fill + (size_t)r * wq * es(), 0x3f, (size_t)C * es());
+            gpu->upload(gpu, zq, fill, bq);
+            memset(fill, 0, bq > bkv ? bq : bkv);
+            for (int64_t r = 0; r < (int64_t)B * n1; r++) // the k, v columns of dkv
+                memset(fill + ((size_t)r * wk + (size_t)(wk - 2 * C)) * es(), 0x3f, 2 * (size_t)C * es());
+            gpu->upload(gpu, zkv, fill, bkv);
             free(fill);
             gpu->attention_backward(gpu, LOOM_VIEW(zq, dt, B, na, wq), LOOM_VIEW(zkv, dt, B, n1, wk),
                                     LOOM_VIEW(dya, dt, B, na, C), LOOM_VIEW(q[0], dt, B, na, wq),

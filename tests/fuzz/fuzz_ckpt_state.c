@@ -2,9 +2,11 @@
 // arbitrary contents of a state file. The caller's expectations (step, element count) are
 // taken from the file's own header when it has one with a count in [0, 65536], as a resume
 // whose metadata matches the file would have them; else step 1 with 16 elements. Rank 0,
-// with and without room for master weights.
+// with and without room for master weights. Accepted moments are finite, second moments >= 0.
 #include "ckpt/checkpoint.h"
 #include "fuzz_common.h"
+
+#include <math.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     loom_train_state st = {.step = 1};
@@ -23,6 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                              &has_master, n);
         if (s == LOOM_OK && has_master && !with_master) abort(); // master weights it had no room for
         if (s != LOOM_OK && has_master) abort();
+        for (int64_t i = 0; s == LOOM_OK && i < n; i++)
+            if (!isfinite(m[i]) || !isfinite(v[i]) || v[i] < 0) abort(); // a moment no step can make
     }
     free(m);
     unlink(path);

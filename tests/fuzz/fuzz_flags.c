@@ -1,11 +1,12 @@
 // libFuzzer target: the flag parser (cli/flags.h, loom_flags_parse) on an arbitrary argument
 // vector: the input split at NUL bytes (each ends an argument) into argv[0] (the subcommand)
-// and its arguments, over a table with every flag type. On success every value must have its
-// type's range (floats finite) and the positional arguments must be the tail of argv; a
+// and its arguments, over a table with every flag type. On success every number must lie in
+// its flag's range (floats finite) and the positional arguments must be the tail of argv; a
 // second parse of the same vector must give the same result.
 #include "cli/flags.h"
 #include "fuzz_common.h"
 
+#include <float.h>
 #include <math.h>
 
 enum { MAX_ARGS = 256 };
@@ -31,11 +32,11 @@ static loom_status parse(char **orig, int argc, values *v, bool *help, int *pos_
     memcpy(argv, orig, (size_t)(argc + 1) * sizeof *argv);
     *v = (values){100, 0, 100000000, 6e-4f, 0.95f, NULL, "gpt2-mini", false, false};
     const loom_flag flags[] = {
-        {"steps", FLAG_INT, &v->steps, "optimizer steps"},
-        {"threads", FLAG_INT, &v->threads, "CPU threads"},
-        {"shard-tokens", FLAG_I64, &v->shard_tokens, "tokens per shard at most"},
-        {"lr", FLAG_FLOAT, &v->lr, "peak learning rate"},
-        {"beta2", FLAG_FLOAT, &v->beta2, "AdamW beta2"},
+        {"steps", FLAG_INT, &v->steps, "optimizer steps", 1, 1e6},
+        {"threads", FLAG_INT, &v->threads, "CPU threads", 0, 1024},
+        {"shard-tokens", FLAG_I64, &v->shard_tokens, "tokens per shard at most", 1, INT32_MAX},
+        {"lr", FLAG_FLOAT, &v->lr, "peak learning rate", 0, FLT_MAX, FLAG_ABOVE_MIN},
+        {"beta2", FLAG_FLOAT, &v->beta2, "AdamW beta2", 0, 1, FLAG_BELOW_MAX},
         {"out", FLAG_STR, &v->out, "output folder"},
         {"model", FLAG_STR, &v->model, "named config"},
         {"resume", FLAG_BOOL, &v->resume, "continue from the newest checkpoint"},
@@ -48,8 +49,12 @@ static loom_status parse(char **orig, int argc, values *v, bool *help, int *pos_
     *npos = -1;
     loom_status s = loom_flags_parse(&cli, argc, argv, help, &pos, npos);
     if (s != LOOM_OK || *help) return s;
-    if (!isfinite(v->lr) || !isfinite(v->beta2)) {
-        fprintf(stderr, "loom fuzz: a float flag was accepted as %g / %g\n", (double)v->lr, (double)v->beta2);
+    if (!isfinite(v->lr) || !isfinite(v->beta2) || !(v->lr > 0) || !(v->beta2 >= 0 && v->beta2 < 1) ||
+        v->steps < 1 || v->steps > 1000000 || v->threads < 0 || v->threads > 1024 || v->shard_tokens < 1 ||
+        v->shard_tokens > INT32_MAX) {
+        fprintf(stderr, "loom fuzz: a value outside its range was accepted: steps %d threads %d shard-tokens %lld "
+                        "lr %g beta2 %g\n", v->steps, v->threads, (long long)v->shard_tokens, (double)v->lr,
+                (double)v->beta2);
         abort();
     }
     if (*npos < 0 || *npos > max_pos || pos + *npos != argv + argc) abort();

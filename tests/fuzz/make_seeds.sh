@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed seed corpora in tests/fuzz/corpus/<target>/ (a few small valid
 # inputs per target). Files of loom's own formats are written by loom itself (build/loom:
-# tokenize, and one 2-step training run of a tiny model with a checkpoint); the rest are
+# tokenize, and one 1-step training run of a tiny model with a checkpoint); the rest are
 # written by hand below (python3 only packs the hand-made binary headers). Not run by CI: the
 # seeds are committed, and scripts/fuzz.sh only reads them.
 #   usage: tests/fuzz/make_seeds.sh [LOOM_BINARY]   (default build/loom)
@@ -16,7 +16,7 @@ mkdir -p $C/{shard,llmc_model,ckpt_meta,ckpt_state,tokenizer_bytes,tokenizer_jso
 # ---- hand-made binaries: a shard of 200 small ids, an empty shard, tiny fp32/bf16 models,
 # optimizer states of 16 elements (fp32, and with master weights) ----
 python3 - "$W" "$C" <<'PY'
-import struct, sys
+import struct, sys, zlib
 w, c = sys.argv[1], sys.argv[2]
 toks = [(i * 7 + 3) % 32 for i in range(200)]
 hdr = lambda *v: struct.pack('<256i', *(list(v) + [0] * (256 - len(v))))
@@ -29,11 +29,14 @@ vals = [0.5 * ((i % 5) - 2) for i in range(n)]
 open(f'{c}/llmc_model/min_fp32.bin', 'wb').write(hdr(20240326, 3, 1, 1, 1, 1, 1, 1) + struct.pack(f'<{n}f', *vals))
 bf16 = [struct.unpack('<I', struct.pack('<f', v))[0] >> 16 for v in vals]
 open(f'{c}/llmc_model/min_bf16.bin', 'wb').write(hdr(20240326, 5, 1, 1, 1, 1, 1, 1) + struct.pack(f'<{n}H', *bf16))
-def state(master):
-    h = struct.pack('<32q', *([20241122, 2, 0, 1, 1, 16, 8, 1337, 1, int(master)] + [0] * 22))
-    return h + b''.join(struct.pack('<16f', *[0.01 * (i + k) for i in range(16)]) for k in range(3 if master else 2))
+def state(master, version=3):  # version 3: header[10] is the CRC-32 of the payload; 2 has none
+    payload = b''.join(struct.pack('<16f', *[0.01 * (i + k) for i in range(16)]) for k in range(3 if master else 2))
+    crc = zlib.crc32(payload) if version == 3 else 0
+    h = struct.pack('<32q', *([20241122, version, 0, 1, 1, 16, 8, 1337, 1, int(master), crc] + [0] * 21))
+    return h + payload
 open(f'{c}/ckpt_state/n16_fp32.bin', 'wb').write(state(False))
 open(f'{c}/ckpt_state/n16_master.bin', 'wb').write(state(True))
+open(f'{c}/ckpt_state/n16_version2.bin', 'wb').write(state(False, 2))
 PY
 
 # ---- made by loom: a GPT-2 shard, and a checkpoint of a tiny model (V=32, L=1, C=4) ----
@@ -41,16 +44,18 @@ printf 'The jury said it did find that many of the voters were "confused".\n' > 
 "$LOOM" tokenize --out "$W/tok" --val-fraction 0 "$W/doc.txt" >/dev/null
 cp "$W"/tok/data_train_000000.bin $C/shard/gpt2_sentence.bin
 "$LOOM" train --train-data "$W/tiny_train_000000.bin" --vocab 32 --layers 1 --heads 1 --channels 4 \
-  --max-seq 8 --batch 1 --seq 8 --steps 2 --threads 1 --ckpt-dir "$W/ck" >/dev/null
-cp "$W"/ck/model_00000002.bin $C/llmc_model/loom_tiny.bin
-cp "$W"/ck/state_00000002_00000.bin $C/ckpt_state/loom_tiny.bin
-cp "$W"/ck/ckpt_00000002.json $C/ckpt_meta/loom_tiny.json
-# the same metadata compact, and as an older loom wrote it (without the pipeline's fields)
-python3 - "$W/ck/ckpt_00000002.json" "$C/ckpt_meta" <<'PY'
+  --max-seq 8 --batch 1 --seq 8 --steps 1 --threads 1 --ckpt-dir "$W/ck" >/dev/null
+cp "$W"/ck/model_00000001.bin $C/llmc_model/loom_tiny.bin
+cp "$W"/ck/state_00000001_00000.bin $C/ckpt_state/loom_tiny.bin
+cp "$W"/ck/ckpt_00000001.json $C/ckpt_meta/loom_tiny.json
+# the same metadata compact, and as an older loom wrote it (version 3: without the pipeline's
+# fields, the model's checksum and the schedule's horizon)
+python3 - "$W/ck/ckpt_00000001.json" "$C/ckpt_meta" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 open(f'{sys.argv[2]}/compact.json', 'w').write(json.dumps(j, separators=(',', ':')))
-for k in ('virtual_stages', 'v_shape', 'params'): j.pop(k, None)
+for k in ('virtual_stages', 'v_shape', 'params', 'model_crc32', 'lr_total_steps'): j.pop(k, None)
+j['version'] = 3
 open(f'{sys.argv[2]}/older.json', 'w').write(json.dumps(j, indent=1))
 PY
 

@@ -50,8 +50,8 @@ resume)
   ;;
 errors)
   expect_mpi_error 3 "--global-batch 4 is not a positive multiple of 3 ranks x --batch 1" train "${ARGS[@]}" --batch 1 --global-batch 4 --steps 1
-  expect_mpi_error 2 "--bucket-mb must be > 0, got 0" train "${ARGS[@]}" --batch 1 --steps 1 --bucket-mb 0
-  expect_mpi_error 2 "--zero must be 0, 1, 2 or 3, got 4" train "${ARGS[@]}" --batch 1 --steps 1 --zero 4
+  expect_mpi_error 2 "--bucket-mb must be in (0, 65536], got 0" train "${ARGS[@]}" --batch 1 --steps 1 --bucket-mb 0
+  expect_mpi_error 2 "--zero must be in [0, 3], got 4" train "${ARGS[@]}" --batch 1 --steps 1 --zero 4
   expect_mpi_error 4 "exceeds the 6000 tokens" train "${ARGS[@]}" --batch 400 --seq 16 --steps 1
   ;;
 bench_comm)

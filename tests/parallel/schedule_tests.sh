@@ -50,9 +50,9 @@ timeline)
     fail "1f1b peaks are not 4 3 2 1"
   ;;
 errors)
-  expect_error "--pp must be 1 to 64, got 0" --pp 0
-  expect_error "--pp must be 1 to 64, got 65" --pp 65
-  expect_error "--micro-batches must be 1 to 1024, got 0" --micro-batches 0
+  expect_error "--pp must be in [1, 64], got 0" --pp 0
+  expect_error "--pp must be in [1, 64], got 65" --pp 65
+  expect_error "--micro-batches must be in [1, 1024], got 0" --micro-batches 0
   expect_error "unknown pipeline schedule 'zb-h2'" --pp-schedule zb-h2
   expect_error "--virtual-stages 2 is for the interleaved schedule, not --pp-schedule 1f1b" --virtual-stages 2
   expect_error "needs --virtual-stages 2 or more, got 0" --pp-schedule interleaved
