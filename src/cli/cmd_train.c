@@ -72,7 +72,7 @@ static loom_status open_io(run *r) {
     if (o->plot) LOOM_TRY(cli_plot_check(o->plot));
     if (o->metrics) LOOM_TRY(cli_metrics_open(&r->metrics, o->metrics, r->t->st.step));
     if (o->metrics) LOOM_TRY(cli_metrics_config(r->metrics, o, r->t));
-    return o->tensorboard ? cli_tensorboard_open(&r->tb, o->tensorboard) : LOOM_OK;
+    return o->tensorboard ? cli_tensorboard_open(&r->tb, o->tensorboard, r->t->st.step) : LOOM_OK;
 }
 
 static void print_config(const run *r) {

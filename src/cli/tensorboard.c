@@ -49,7 +49,7 @@ static loom_status write_event(cli_tensorboard *tb, const Tensorboard__Event *ev
     return LOOM_OK;
 }
 
-loom_status cli_tensorboard_open(cli_tensorboard **out, const char *dir) {
+loom_status cli_tensorboard_open(cli_tensorboard **out, const char *dir, int64_t resume_step) {
     *out = NULL;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return loom_fail(LOOM_EIO, "check --tensorboard", "cannot create TensorBoard folder %s: %s", dir,
@@ -70,6 +70,12 @@ loom_status cli_tensorboard_open(cli_tensorboard **out, const char *dir) {
     ev.what_case = TENSORBOARD__EVENT__WHAT_FILE_VERSION;
     ev.file_version = "brain.Event:2";
     loom_status s = write_event(tb, &ev);
+    Tensorboard__SessionLog start = TENSORBOARD__SESSION_LOG__INIT;
+    start.status = TENSORBOARD__SESSION_LOG__SESSION_STATUS__START;
+    ev.step = resume_step + 1;
+    ev.what_case = TENSORBOARD__EVENT__WHAT_SESSION_LOG;
+    ev.session_log = &start;
+    if (s == LOOM_OK && resume_step > 0) s = write_event(tb, &ev);
     if (s != LOOM_OK) {
         fclose(tb->f);
         unlink(tb->path);

@@ -6,7 +6,9 @@
 //   uint32 masked CRC32C of them (all little-endian); masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8
 // (tensorflow/core/lib/io/record_writer.cc, tensorflow/tsl/lib/hash/crc32c.h). CRC32C comes from
 // ISA-L (crc32_iscsi). The file is DIR/events.out.tfevents.<unix time>.<host>.<pid>; its first
-// event holds file_version "brain.Event:2". A resumed run starts a new file in the same folder.
+// event holds file_version "brain.Event:2". A resumed run starts a new file in the same folder
+// whose second event is a SessionLog START at the step after the checkpoint, so TensorBoard drops
+// what the interrupted run logged from that step on (as --metrics does).
 #pragma once
 #include "core/status.h"
 
@@ -15,9 +17,10 @@
 
 typedef struct cli_tensorboard cli_tensorboard;
 
-// Creates DIR if missing and a new event file in it, with the file_version event.
+// Creates DIR if missing and a new event file in it, with the file_version event and, for a run
+// resumed after `resume_step` steps (0: a fresh run), the START event at resume_step + 1.
 // Errors: LOOM_EIO naming the folder or file (cannot create, not writable).
-loom_status cli_tensorboard_open(cli_tensorboard **out, const char *dir);
+loom_status cli_tensorboard_open(cli_tensorboard **out, const char *dir, int64_t resume_step);
 // Appends an Event of step `step` with n scalar values tags[i] = vals[i] (stored as float) and
 // flushes. Errors: LOOM_EIO (disk full, ...).
 loom_status cli_tensorboard_scalars(cli_tensorboard *tb, int64_t step, const char *const *tags, const double *vals,

@@ -3,7 +3,9 @@
 (Debian's python3-protobuf) over src/cli/tensorboard.proto compiled by protoc, and the crc32c
 module for the TFRecord CRCs. Checks the framing (both masked CRC32C of every record), the first
 event's file_version, and that the scalars are exactly the numbers of the --metrics file (as
-float32), no more and no fewer.
+float32), no more and no fewer. Files are read in name order (by creation time) as TensorBoard
+does, and a SessionLog START at step S drops what was read of steps S and later (TensorBoard's
+purge of orphaned data after a restart); a (tag, step) seen twice with different values fails.
 
 usage: tensorboard_read.py EVENTS_DIR METRICS.jsonl PROTO_DIR WORK_DIR
 """
@@ -51,7 +53,7 @@ def records(path):
 files = sorted(glob.glob(os.path.join(events_dir, "events.out.tfevents.*")))
 if not files:
     fail(f"no event files in {events_dir}")
-got, events = {}, 0
+got, events, restarts = {}, 0, 0
 for path in files:
     for i, body in enumerate(records(path)):
         ev = tensorboard_pb2.Event()
@@ -61,11 +63,17 @@ for path in files:
             if ev.WhichOneof("what") != "file_version" or ev.file_version != "brain.Event:2":
                 fail(f"{path}: first event is not file_version brain.Event:2: {ev}")
             continue
+        if ev.WhichOneof("what") == "session_log" and ev.session_log.status == tensorboard_pb2.SessionLog.START:
+            got = {k: v for k, v in got.items() if k[1] < ev.step}
+            restarts += 1
+            continue
         if ev.WhichOneof("what") != "summary" or ev.wall_time < 1e9:
             fail(f"{path}: event {i} is not a summary with a wall time: {ev}")
         for v in ev.summary.value:
             if v.WhichOneof("value") != "simple_value":
                 fail(f"{path}: {v.tag} is not a simple value")
+            if got.get((v.tag, ev.step), v.simple_value) != v.simple_value:
+                fail(f"{path}: {v.tag} of step {ev.step} logged twice: {got[(v.tag, ev.step)]} and {v.simple_value}")
             got[(v.tag, ev.step)] = v.simple_value
 
 want = {}
@@ -85,4 +93,5 @@ for key, v in want.items():
     if got[key] != v:
         fail(f"{key}: events {got[key]!r}, metrics {v!r}")
 tags = sorted({t for t, _ in got})
-print(f"ok: {len(files)} event file(s), {events} events, {len(got)} scalars ({', '.join(tags)}) equal the metrics file")
+print(f"ok: {len(files)} event file(s), {events} events, {restarts} restart(s), {len(got)} scalars "
+      f"({', '.join(tags)}) equal the metrics file")
