@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 1 : 0;
     }
-    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    if (strcmp(argv[1], "--version") == 0) {
         char line[128];
         cli_version_line(line, sizeof line);
         printf("%s\n", line);
