@@ -166,7 +166,7 @@ int loom_cmd_tokenize(int argc, char **argv) {
     return s == LOOM_OK ? 0 : 1;
 }
 
-// Reads all of stdin into a malloc'ed buffer.
+// Reads all of stdin into a malloc'ed buffer, NUL-terminated (*len excludes the NUL).
 static char *read_stdin(size_t *len) {
     size_t cap = 1 << 16;
     char *buf = loom_xmalloc(cap);
@@ -177,6 +177,7 @@ static char *read_stdin(size_t *len) {
         if (*len == cap) buf = realloc(buf, cap *= 2);
         LOOM_CHECK(buf);
     }
+    buf[*len] = '\0'; // decode tokenizes it as a string (the loop leaves *len < cap)
     return buf;
 }
 
