@@ -21,7 +21,7 @@ version_help)
   v=$("$LOOM" --version) || fail "--version"
   [[ $v =~ ^loom\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ ([0-9a-f]{12})(-dirty)?\)$ ]] || fail "--version printed '$v'"
   head=$(git -C "$SRC" rev-parse --short=12 HEAD) || fail "git"
-  [ "${BASH_REMATCH[1]}" = "$head" ] || fail "--version names commit ${BASH_REMATCH[1]}, the checkout is at $head"
+  [ "${BASH_REMATCH[1]}" = "$head" ] || fail "--version names commit ${BASH_REMATCH[1]}, the checkout is at $head (a build older than the last commit? run make)"
   echo "ok: $v"
   "$LOOM" help >help.txt || fail "loom help"
   for c in tokenize encode decode train eval sample bench bench-comm schedule plot; do
