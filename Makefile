@@ -13,9 +13,10 @@ build:
 demo: build
 	@bash scripts/demo.sh
 
-# The whole test suite through ctest.
-test: build
-	@cd build && ctest --output-on-failure -j$$(nproc)
+# The whole test suite: ctest on the Release build, ctest again under ASan + UBSan, and the
+# libFuzzer targets (scripts/test.sh).
+test:
+	@bash scripts/test.sh
 
 # loom onto the PATH (PREFIX/bin); `make install PREFIX=$$HOME/.local` needs no root.
 install: build

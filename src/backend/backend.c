@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 loom_status loom_backend_create(loom_backend **out, const char *device, loom_dtype dtype) {
     *out = NULL;
@@ -53,4 +54,17 @@ loom_status loom_backend_open(loom_backend **out, const char *device, const char
     if (s != LOOM_EUNSUPPORTED) return s;
     loom_error_clear(); // no usable GPU here: the CPU
     return open_one(out, "cpu", precision, local_rank);
+}
+
+void loom_host_memory_info(size_t *available, size_t *total) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    *available = (size_t)sysconf(_SC_AVPHYS_PAGES) * page;
+    *total = (size_t)sysconf(_SC_PHYS_PAGES) * page;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[128];
+    unsigned long long kib;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) *available = (size_t)kib * 1024;
+    fclose(f);
 }

@@ -45,6 +45,7 @@ struct loom_backend {
     const char *name;  // "cpu" or "cuda"
     loom_dtype dtype;  // dtype of parameters, activations and their gradients
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
+    size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
     // layer's logits): large enough for the device's matmuls to run at full rate, small enough
     // to bound memory (32 MiB on the CPU, 512 MiB on a GPU).
@@ -61,6 +62,20 @@ struct loom_backend {
     void (*zero)(loom_backend *be, void *p, size_t bytes);
     void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes); // within this backend's memory
     void (*synchronize)(loom_backend *be);
+    // Host memory for what is offloaded (optimizer state, parameter shards, activations):
+    // page-locked on a GPU (cudaMallocHost), so copies run asynchronously at the bus's full rate;
+    // ordinary memory on the CPU. Zero-filled; NULL when out of memory.
+    void *(*host_alloc)(loom_backend *be, size_t bytes);
+    void (*host_free)(loom_backend *be, void *p);
+    // A copy between host_alloc memory and this backend's memory (to_host: src is the backend's)
+    // on a side stream, after every op issued so far (it reads what they wrote and overwrites
+    // nothing they still read), overlapping the ops issued after it. Returns a ticket:
+    // copy_wait(be, ticket) makes the ops issued after the call wait for that copy and every
+    // copy before it. On the CPU the copy is made at once and the ticket is 0.
+    uint64_t (*copy_async)(loom_backend *be, void *dst, const void *src, size_t bytes, bool to_host);
+    void (*copy_wait)(loom_backend *be, uint64_t ticket);
+    // Bytes free and in all of the memory alloc draws from (the GPU's; the host's on the CPU).
+    void (*memory_info)(loom_backend *be, size_t *free_bytes, size_t *total_bytes);
     // Profiler ranges (NVTX on CUDA, so an Nsight Systems trace shows forward, backward, each
     // block and the optimizer); nestable; NULL where there is no profiler.
     void (*range_push)(loom_backend *be, const char *name);
@@ -202,6 +217,9 @@ loom_status loom_backend_open(loom_backend **out, const char *device, const char
 // GPUs of the kind `device` names ("cuda") that this process can see: 0 on the CPU, in builds
 // without CUDA, or without a driver.
 int loom_backend_device_count(const char *device);
+// The host's available and total memory in bytes (MemAvailable and MemTotal of /proc/meminfo;
+// sysconf's free and total pages where it cannot be read).
+void loom_host_memory_info(size_t *available, size_t *total);
 
 // Backend constructors (one per implementation).
 loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);

@@ -122,7 +122,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"warmup", FLAG_INT, &warmup, "untimed steps first"},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, CLI_PEAK_HELP},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
-        {"offload", FLAG_STR, &offload, "what lives in host memory: optimizer (AdamW on the CPU cores)"},
+        {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)"},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
         {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks"},
@@ -179,13 +179,15 @@ int loom_cmd_bench(int argc, char **argv) {
               "ratio:   GFLOP/s / matmul GFLOP/s, this backend's own rate on one 2048 x 2048 x 2048 product measured\n"
               "         just before: how near the whole step comes to the device's matmul speed\n%s",
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
-    size_t pg, acts, opt;
-    loom_trainer_memory(t, &pg, &acts, &opt);
-    char planned[32];
-    cli_human_bytes(planned, sizeof planned, (double)(pg + acts + (c.offload_optimizer ? 0 : opt)));
-    loom_info("memory plan per rank: %s on the %s (%.0f MiB params+grads, %.0f MiB activations, %.0f MiB AdamW%s); "
-              "measured peak %s\n", planned, be->name, pg / 1048576.0, acts / 1048576.0, opt / 1048576.0,
-              c.offload_optimizer ? " in host memory" : "", peak);
+    loom_train_memory mem;
+    loom_trainer_memory(t, &mem);
+    char planned[32], host_peak[32];
+    cli_human_bytes(planned, sizeof planned, (double)(mem.params_grads + mem.activations + mem.optimizer));
+    cli_human_bytes(host_peak, sizeof host_peak, (double)be->host_peak_bytes);
+    loom_info("memory plan per rank: %s on the %s (%.0f MiB params+grads, %.0f MiB activations, %.0f MiB AdamW), "
+              "%.0f MiB offloaded to host memory; measured peak %s, and %s of pinned host memory\n", planned, be->name,
+              mem.params_grads / 1048576.0, mem.activations / 1048576.0, mem.optimizer / 1048576.0,
+              mem.offloaded / 1048576.0, peak, host_peak);
     loom_trainer_free(t);
     loom_comm_finalize(world);
     return 0;

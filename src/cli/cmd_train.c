@@ -80,14 +80,15 @@ static void print_config(const run *r) {
     const loom_trainer *t = r->t;
     const loom_gpt2_config *c = &t->model->cfg;
     int B = o->run.batch, T = t->st.seq_len, G = t->cfg.global_batch;
-    char n[32], tok[32], bucket[32], pmem[32], amem[32], omem[32], mesh[96];
-    size_t pbytes, abytes, obytes;
-    loom_trainer_memory(t, &pbytes, &abytes, &obytes);
+    char n[32], tok[32], bucket[32], pmem[32], amem[32], omem[32], hmem[32], mesh[96];
+    loom_train_memory mem;
+    loom_trainer_memory(t, &mem);
     cli_human_count(n, sizeof n, (double)loom_gpt2_num_params(c));
     cli_human_count(tok, sizeof tok, (double)loom_loader_num_tokens(r->train));
-    cli_human_bytes(pmem, sizeof pmem, (double)pbytes);
-    cli_human_bytes(amem, sizeof amem, (double)abytes);
-    cli_human_bytes(omem, sizeof omem, (double)obytes);
+    cli_human_bytes(pmem, sizeof pmem, (double)mem.params_grads);
+    cli_human_bytes(amem, sizeof amem, (double)mem.activations);
+    cli_human_bytes(omem, sizeof omem, (double)mem.optimizer);
+    cli_human_bytes(hmem, sizeof hmem, (double)mem.offloaded);
     cli_human_bytes(bucket, sizeof bucket, (double)loom_dp_bucket_elements(t->dp) * loom_dtype_size(t->be->dtype));
     loom_mesh_describe(t->mesh, mesh, sizeof mesh);
     cli_table_rule();
@@ -138,8 +139,10 @@ static void print_config(const run *r) {
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
     cli_table_row("device", "%s, %s, %d thread%s per rank", t->be->name, loom_dtype_name(t->be->dtype),
                   omp_get_max_threads(), cli_s(omp_get_max_threads()));
-    cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW%s", pmem, amem,
-                  o->recompute, omem, o->run.offload_optimizer ? " in host memory (offloaded)" : "");
+    cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW on the %s", pmem, amem,
+                  o->recompute, omem, t->be->name);
+    if (mem.offloaded)
+        cli_table_row("offloaded", "%s in host memory (%s)", hmem, o->offload);
     cli_table_rule();
 }
 
@@ -208,9 +211,9 @@ static void print_pipeline(const run *r) {
     const loom_trainer *t = r->t;
     if (!t->schedule) return;
     int W = loom_comm_size(r->world), rank = loom_comm_rank(r->world);
-    size_t pbytes, abytes, obytes;
-    loom_trainer_memory(t, &pbytes, &abytes, &obytes);
-    double mine[4] = {r->pipe.busy, r->pipe.total, r->pipe.peak, (double)abytes}, *all = loom_xmalloc((size_t)W * sizeof mine);
+    loom_train_memory mem;
+    loom_trainer_memory(t, &mem);
+    double mine[4] = {r->pipe.busy, r->pipe.total, r->pipe.peak, (double)mem.activations}, *all = loom_xmalloc((size_t)W * sizeof mine);
     double theory = 0;
     loom_pp_theoretical_bubble(t->schedule, &theory);
     if (loom_allgather(r->world, mine, all, 4, LOOM_F64, NULL) == LOOM_OK && rank == 0 && r->pipe.total == 0)

@@ -55,13 +55,18 @@ loom_status train_offload_parse(const char *offload, loom_train_config *run) {
     loom_status s = LOOM_OK;
     for (char *item = strtok_r(list, ",", &save); item && s == LOOM_OK; item = strtok_r(NULL, ",", &save)) {
         if (strcmp(item, "optimizer") == 0) run->offload_optimizer = true;
-        else if (strcmp(item, "params") == 0 || strcmp(item, "activations") == 0)
-            s = loom_fail(LOOM_EUNSUPPORTED, "use --offload optimizer (with --zero 3 to shard the parameters)",
-                          "--offload %s is not in this version of loom", item);
+        else if (strcmp(item, "params") == 0) run->offload_params = true;
+        else if (strcmp(item, "activations") == 0) run->offload_activations = true;
         else
-            s = loom_fail(LOOM_EINVAL, "offload is a comma list of: optimizer", "unknown --offload item '%s'", item);
+            s = loom_fail(LOOM_EINVAL, "offload is a comma list of: optimizer, params, activations",
+                          "unknown --offload item '%s'", item);
     }
     free(list);
+    if (s == LOOM_OK && run->offload_params && (run->zero != 3 || !run->offload_optimizer))
+        s = loom_fail(LOOM_EINVAL, "use --zero 3 --offload optimizer,params: the offloaded optimizer updates the "
+                                   "host shard",
+                      "--offload params needs ZeRO 3's parameter shard and the offloaded optimizer, got --zero %d "
+                      "--offload %s", run->zero, offload);
     if (s == LOOM_OK && run->offload_optimizer && run->adamw.stochastic_rounding)
         s = loom_fail(LOOM_EINVAL, "drop --stochastic-rounding or --offload optimizer",
                       "--stochastic-rounding: the offloaded optimizer rounds the parameters to nearest on the host");
@@ -182,7 +187,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"precision", FLAG_STR, &r->precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)"},
         {"recompute", FLAG_STR, &o->recompute, "activations backward recomputes: none, gelu (the GELU output), full (whole blocks)"},
-        {"offload", FLAG_STR, &o->offload, "what lives in host memory (comma list): optimizer (AdamW state, stepped on the CPU cores: ZeRO-Offload)"},
+        {"offload", FLAG_STR, &o->offload, "what lives in host memory (comma list): optimizer (AdamW state, stepped on the CPU cores: ZeRO-Offload), params (ZeRO 3's parameter shard; with --zero 3 and optimizer), activations (each block's saved activations)"},
         {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)"},
         {"sp", FLAG_BOOL, &r->sp, "sequence parallelism: LayerNorm and residual rows split over the --tp ranks too"},
         {"pp", FLAG_INT, &r->pp, "pipeline-parallel ranks: the blocks split into consecutive stages over them"},

@@ -27,7 +27,7 @@ typedef struct {
     float peak_tflops;              // per device, for MFU (0: the GPU default, none on the cpu)
     bool resume;
     const char *recompute; // activation recomputation: none, gelu, full
-    const char *offload;   // what lives in host memory: "" or a comma list (optimizer)
+    const char *offload;   // what lives in host memory: "" or a comma list (optimizer, params, activations)
     float bucket_mb;       // gradient bucket size
     int dp;                // derived: data-parallel ranks = world / (tp pp cp)
 } train_options;
@@ -38,7 +38,7 @@ typedef struct {
 // LOOM_EUNSUPPORTED for --cp above 1 and for sampling during training with --pp above 1.
 loom_status train_options_parse(train_options *o, int argc, char **argv, int world_size, bool *help);
 
-// --offload LIST (comma-separated: optimizer) into run->offload_optimizer. Errors: LOOM_EINVAL for
-// an unknown item or stochastic rounding with an offloaded optimizer, LOOM_EUNSUPPORTED for items
-// not in this version (params, activations).
+// --offload LIST (comma-separated: optimizer, params, activations) into run->offload_*; call it
+// after run->zero is set. Errors: LOOM_EINVAL for an unknown item, params without --zero 3 and
+// the offloaded optimizer, or stochastic rounding with an offloaded optimizer.
 loom_status train_offload_parse(const char *offload, loom_train_config *run);

@@ -38,6 +38,7 @@ static size_t layout_shared(gpt2_views *v, char *base, const loom_gpt2 *m, int B
 static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int B, int T, bool training) {
     int64_t C = m->cfg.channels, NH = m->NH, N = (int64_t)B * T, Nl = local_rows(m, N);
     int64_t L = training ? m->chunk_blocks : 1;
+    if (training && m->offload_activations && L > GPT2_OFFLOAD_RESIDENT) L = GPT2_OFFLOAD_RESIDENT; // gpt2_offload.c
     int64_t Lb = m->recompute == LOOM_RECOMPUTE_FULL ? 1 : L; // block internals
     int64_t Lg = m->recompute != LOOM_RECOMPUTE_NONE ? 1 : L; // GELU output
     loom_dtype dt = m->be->dtype;
@@ -102,7 +103,7 @@ gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot, int chunk) {
     const loom_stage *st = &m->layout.stage;
     LOOM_CHECK(m->acts_mem && slot >= 0 && slot < m->slots && m->slot_B[slot] > 0 && chunk >= 0 && chunk < st->num_chunks);
     int B = m->slot_B[slot], T = m->slot_T[slot];
-    gpt2_views v = {.B = B, .T = T, .N = (int64_t)B * T, .Nl = local_rows(m, (int64_t)B * T),
+    gpt2_views v = {.slot = slot, .B = B, .T = T, .N = (int64_t)B * T, .Nl = local_rows(m, (int64_t)B * T),
                     .first = st->chunk[chunk].first_block, .nblocks = st->chunk[chunk].num_blocks,
                     .embed = st->embed && chunk == 0, .head = st->head && chunk == st->num_chunks - 1};
     char *base = m->acts_mem; // the slots, then the scratch they share
@@ -190,6 +191,7 @@ void loom_gpt2_free(loom_gpt2 *m) {
     m->be->free(m->be, m->grads);
     m->be->free(m->be, m->acts_mem);
     m->be->free(m->be, m->grad_acts_mem);
+    gpt2_offload_free(m);
     loom_param_table_free(&m->table);
     free(m->p);
     free(m->g);
@@ -261,6 +263,9 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
         return loom_fail(LOOM_EINVAL, "use --recompute none or gelu with a zero-bubble schedule",
                          "a split backward keeps each block's activations until its weight gradient, which "
                          "--recompute full discards");
+    if (training && m->split_backward && m->offload_activations)
+        return loom_fail(LOOM_EINVAL, "drop --offload activations with a zero-bubble schedule",
+                         "a split backward keeps each block's activations on the device until its weight gradient");
     LOOM_CHECK(m->slots >= 1);
     be->free(be, m->acts_mem);
     be->free(be, m->grad_acts_mem);
@@ -286,10 +291,19 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
     if (!m->acts_mem || (training && ((own && !m->grads) || !m->grad_acts_mem)))
         return loom_fail(LOOM_ENOMEM, "lower --batch or --seq",
                          "cannot allocate %zu bytes of activations for B=%d T=%d", abytes + gbytes, B, T);
-    return LOOM_OK;
+    return gpt2_offload_alloc(m, &v.a);
 }
 
-size_t loom_gpt2_memory_bytes(const loom_gpt2 *m) {
+size_t loom_gpt2_activation_bytes(const loom_gpt2 *m, int B, int T, bool training, size_t *offloaded) {
+    gpt2_views v;
+    size_t bytes = layout_shared(&v, NULL, m, B, T) + (size_t)m->slots * layout_slot(&v.a, NULL, m, B, T, training) +
+                   (training ? layout_grads(&v, NULL, m, B, T) : 0);
+    *offloaded = training && m->offload_activations ? gpt2_offload_plan(m, &v.a) : 0;
+    return bytes;
+}
+
+size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded) {
+    if (offloaded) *offloaded = gpt2_offload_bytes(m);
     gpt2_views v;
     size_t pbytes = (size_t)m->num_elements * loom_dtype_size(m->be->dtype);
     size_t total = (m->params ? pbytes : 0) + (m->grads ? pbytes : 0);

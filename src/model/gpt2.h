@@ -92,6 +92,14 @@ typedef struct {
     int max_B, max_T;        // activation capacity per slot
     int slots;               // micro-batches in flight; set before loom_gpt2_alloc (default 1)
     loom_recompute recompute; // set before loom_gpt2_alloc (default: none)
+    // Set before loom_gpt2_alloc: activation offloading. Training keeps the per-block tensors of
+    // only GPT2_OFFLOAD_RESIDENT blocks per slot on the backend, and every block's in host memory
+    // (be->host_alloc), copied there on the backend's side stream after the block's forward and
+    // back ahead of its backward (the block above's backward prefetches it), as PyTorch's
+    // save_on_cpu hooks and Megatron-LM's activation offloading do. With --recompute full only
+    // the block outputs are saved, so only they travel. Gradients are bit-identical.
+    bool offload_activations;
+    struct gpt2_offload *offload; // the host copies and what each resident block holds (NULL: none)
     bool split_backward;     // set before loom_gpt2_alloc: keep what a separate weight-gradient pass needs
     bool training;           // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
@@ -125,10 +133,15 @@ void loom_gpt2_download(const loom_gpt2 *m, const void *flat, float *host);
 // Sizes `slots` activation slots for micro-batches of up to B x T tokens; training also
 // allocates the gradients (zeroed). Errors: LOOM_EINVAL if T exceeds the model's max_seq_len,
 // B, T < 1, the rows do not split evenly under sequence parallelism (T % tp_size), or a split
-// backward is asked with full recomputation; LOOM_ENOMEM.
+// backward is asked with full recomputation or offloaded activations; LOOM_ENOMEM.
 loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training);
-// Bytes of parameters, gradients (the model's own) and activations currently allocated.
-size_t loom_gpt2_memory_bytes(const loom_gpt2 *m);
+// Bytes of activations (with the gradient scratch when training) loom_gpt2_alloc would allocate
+// on the backend for the model's slots, recompute, split_backward and offload settings, without
+// allocating; *offloaded: host bytes of offloaded activations.
+size_t loom_gpt2_activation_bytes(const loom_gpt2 *m, int B, int T, bool training, size_t *offloaded);
+// Bytes of parameters, gradients (the model's own) and activations currently allocated on the
+// backend; *offloaded (may be NULL): bytes of offloaded activations in host memory.
+size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded);
 
 // ---- the stage API a schedule drives ----
 // Micro-batch of slot `slot`: inputs (first stage; else NULL) and targets (last stage; else

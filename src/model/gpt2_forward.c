@@ -19,10 +19,9 @@
 
 static loom_tensor no_tensor(void) { return (loom_tensor){0}; }
 
-// Per-block slice of a stacked activation (slot 0 when the blocks share one).
-static loom_tensor layer(const loom_tensor *t, int i) {
-    return loom_index(t, t->shape[0] == 1 ? 0 : i);
-}
+// Per-block slice of a stacked activation: its own, the one all blocks share, or with offloaded
+// activations its resident copy (gpt2_offload.c).
+static loom_tensor layer(const loom_tensor *t, int i) { return loom_index(t, i % t->shape[0]); }
 
 // Profiler ranges around the passes and blocks (NVTX on a GPU; nothing on the CPU).
 static void range_push(loom_gpt2 *m, const char *what, int l) {
@@ -174,7 +173,9 @@ static void forward_body(loom_gpt2 *m, const gpt2_views *v, loom_tensor input) {
     for (int l = v->first; l < v->first + v->nblocks; l++) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_FORWARD, l);
         range_push(m, "block", l);
+        gpt2_offload_before_forward(m, v, l - v->first);
         block_forward(m, v, l, block_input(v, l));
+        gpt2_offload_after_forward(m, v, l - v->first);
         range_pop(m);
     }
     if (v->head) {
@@ -258,6 +259,7 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
     range_push(m, "backward", -1);
     if (v.head) {
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, L);
+        gpt2_offload_before_backward(m, &v, v.nblocks); // the last block's output resident
         be->zero(be, v.dres.data, loom_nbytes(&v.dres));
         be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], v.a.dlnf, block_input(&v, last),
                                m->p[m->lnfw], v.a.lnf_mean, v.a.lnf_rstd);
@@ -270,6 +272,7 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
         // here dres = d(loss)/d(block l output)
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, l);
         range_push(m, "block backward", l);
+        gpt2_offload_before_backward(m, &v, l - v.first);
         block_backward(m, &v, l, block_input(&v, l), part);
         range_pop(m);
         if (part == LOOM_GRAD_ALL) loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, l);

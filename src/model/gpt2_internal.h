@@ -6,6 +6,7 @@
 // Everything one forward or backward call works on: the slot's activations, the scratch all
 // slots share, and (training) the gradient scratch.
 typedef struct {
+    int slot;
     int64_t B, T, N, Nl;     // tokens (N = B*T) and the residual-stream rows this rank holds
     int first, nblocks;      // the chunk's blocks
     bool embed, head;        // whether the chunk starts with the embedding, ends with the head
@@ -28,3 +29,22 @@ loom_tensor gpt2_grad(const loom_gpt2 *m, int l, int k);
 loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k);
 // This rank's rows (Nl) of an all-rows tensor (N,...).
 loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full);
+
+// ---- activation offloading (gpt2_offload.c; gpt2.h's offload_activations) ----
+typedef struct gpt2_offload gpt2_offload;
+// Blocks per slot whose saved activations stay on the backend (the leading dim of the slot's
+// per-block tensors when offloading).
+enum { GPT2_OFFLOAD_RESIDENT = 3 };
+// The host copies of every slot, sized from one slot's views at max_B x max_T (nothing unless
+// training with offload_activations and more blocks per chunk than stay resident). Errors:
+// LOOM_ENOMEM.
+loom_status gpt2_offload_alloc(loom_gpt2 *m, const loom_gpt2_acts *max_slot);
+void gpt2_offload_free(loom_gpt2 *m);
+// The host bytes gpt2_offload_alloc would take for slots laid out as max_slot (offloading on).
+size_t gpt2_offload_plan(const loom_gpt2 *m, const loom_gpt2_acts *max_slot);
+size_t gpt2_offload_bytes(const loom_gpt2 *m); // host memory held
+// Around block i (of the chunk, 0-based) of the views' slot: before its forward writes its
+// resident copy, after that forward, and before its backward (blocks i and i-1 resident).
+void gpt2_offload_before_forward(loom_gpt2 *m, const gpt2_views *v, int i);
+void gpt2_offload_after_forward(loom_gpt2 *m, const gpt2_views *v, int i);
+void gpt2_offload_before_backward(loom_gpt2 *m, const gpt2_views *v, int i);

@@ -33,12 +33,18 @@ static void make_ranges(loom_adamw *o, const loom_param_table *table, const loom
     }
 }
 
+// Elements of one piece of an offloaded step or of the master weights' initialisation: the host
+// buffers in transit are this size, not the state's.
+enum { OFFLOAD_PIECE = 1 << 22 };
+
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
-                              bool offload) {
+                              loom_adamw_offload offload) {
+    LOOM_CHECK(offload != LOOM_ADAMW_OFFLOAD_PARAMS || sharded_params);
     loom_adamw *o = loom_xcalloc(1, sizeof *o);
     o->be = o->state_be = be;
     o->n = n;
+    o->offload = offload;
     loom_status s = offload ? loom_backend_create(&o->state_be, "cpu", LOOM_F32) : LOOM_OK;
     if (s != LOOM_OK) {
         free(o);
@@ -50,8 +56,9 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_par
     bool master = be->dtype != LOOM_F32 || offload;
     if (master) o->master = st->alloc(st, (size_t)n * sizeof(float));
     if (offload) {
-        o->host_grads = malloc((size_t)n * sizeof(float));
-        o->staging = malloc((size_t)n * loom_dtype_size(be->dtype));
+        int64_t piece = n < OFFLOAD_PIECE ? n : OFFLOAD_PIECE;
+        o->host_grads = malloc((size_t)piece * sizeof(float));
+        o->staging = be->host_alloc(be, (size_t)piece * loom_dtype_size(be->dtype));
     }
     make_ranges(o, table, slices, nslices, sharded_params);
     *out = o;
@@ -72,7 +79,7 @@ void loom_adamw_free(loom_adamw *o) {
     o->state_be->free(o->state_be, o->master);
     if (o->state_be != o->be) loom_backend_destroy(o->state_be);
     free(o->host_grads);
-    free(o->staging);
+    o->be->host_free(o->be, o->staging);
     free(o->ranges);
     free(o);
 }
@@ -81,16 +88,21 @@ void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_eleme
     if (!o->master) return;
     loom_backend *be = o->be;
     size_t es = loom_dtype_size(be->dtype);
-    void *raw = loom_xmalloc((size_t)num_elements * es);
-    float *p = loom_xmalloc((size_t)num_elements * sizeof(float)), *master = loom_xcalloc((size_t)o->n, sizeof(float));
-    be->download(be, raw, params, (size_t)num_elements * es);
-    loom_dtype_to_f32(p, raw, be->dtype, (size_t)num_elements);
-    for (int r = 0; r < o->nranges; r++)
-        memcpy(master + o->ranges[r].state_offset, p + o->ranges[r].param_offset,
-               (size_t)o->ranges[r].numel * sizeof(float));
-    o->state_be->upload(o->state_be, o->master, master, (size_t)o->n * sizeof(float));
+    void *raw = loom_xmalloc((size_t)OFFLOAD_PIECE * es);
+    float *master = loom_xmalloc((size_t)OFFLOAD_PIECE * sizeof(float));
+    for (int r = 0; r < o->nranges; r++) { // piece by piece, so no whole-model copy is made on the host
+        const loom_param_range *g = &o->ranges[r];
+        LOOM_CHECK(g->param_offset + g->numel <= num_elements);
+        for (int64_t at = 0; at < g->numel; at += OFFLOAD_PIECE) {
+            int64_t n = g->numel - at < OFFLOAD_PIECE ? g->numel - at : OFFLOAD_PIECE;
+            const char *src = (const char *)params + (size_t)(g->param_offset + at) * es;
+            if (o->offload == LOOM_ADAMW_OFFLOAD_PARAMS) memcpy(raw, src, (size_t)n * es);
+            else be->download(be, raw, src, (size_t)n * es);
+            loom_dtype_to_f32(master, raw, be->dtype, (size_t)n);
+            o->state_be->upload(o->state_be, (float *)o->master + g->state_offset + at, master, (size_t)n * sizeof(float));
+        }
+    }
     free(raw);
-    free(p);
     free(master);
 }
 
@@ -100,34 +112,51 @@ float loom_clip_scale(double norm, float max_norm) {
     return s < 1.0 ? (float)s : 1.0f;
 }
 
-// The update of range g: params (of be) from master and grads, both indexed like the state, or,
-// offloaded, master itself from host fp32 gradients.
+// The update of range g on the backend: params from master (or params alone) and grads, both
+// indexed like the state.
 static void update_range(loom_adamw *o, const loom_param_range *g, void *params, void *grads, loom_adamw_args args) {
-    loom_backend *be = o->state_be;
+    loom_backend *be = o->be;
     int64_t n = g->numel;
-    size_t es = loom_dtype_size(o->be->dtype);
-    loom_tensor m = loom_view_dims((float *)o->m + g->state_offset, LOOM_F32, &n, 1);
-    loom_tensor v = loom_view_dims((float *)o->v + g->state_offset, LOOM_F32, &n, 1);
-    if (o->host_grads) {
-        be->adamw_update(be, loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1), (loom_tensor){0},
-                         loom_view_dims(o->host_grads + g->state_offset, LOOM_F32, &n, 1), m, v, args);
-        return;
-    }
+    size_t es = loom_dtype_size(be->dtype);
     be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->param_offset * es, be->dtype, &n, 1),
                      o->master ? loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1) : (loom_tensor){0},
-                     loom_view_dims((char *)grads + (size_t)g->state_offset * es, be->dtype, &n, 1), m, v, args);
+                     loom_view_dims((char *)grads + (size_t)g->state_offset * es, be->dtype, &n, 1),
+                     loom_view_dims((float *)o->m + g->state_offset, LOOM_F32, &n, 1),
+                     loom_view_dims((float *)o->v + g->state_offset, LOOM_F32, &n, 1), args);
+}
+
+// Offloaded: range g in pieces of OFFLOAD_PIECE elements: the piece's gradients to the host as
+// fp32, the update of its host state (master weights, moments), its parameters written back
+// rounded to be->dtype: copied to the device, or in place in host memory.
+static void update_offloaded(loom_adamw *o, const loom_param_range *g, void *params, void *grads,
+                             loom_adamw_args args) {
+    loom_backend *be = o->be, *st = o->state_be;
+    size_t es = loom_dtype_size(be->dtype);
+    for (int64_t at = 0; at < g->numel; at += OFFLOAD_PIECE) {
+        int64_t n = g->numel - at < OFFLOAD_PIECE ? g->numel - at : OFFLOAD_PIECE, s = g->state_offset + at;
+        char *dst = (char *)params + (size_t)(g->param_offset + at) * es;
+        float *master = (float *)o->master + s;
+        be->download(be, o->staging, (char *)grads + (size_t)s * es, (size_t)n * es);
+        loom_dtype_to_f32(o->host_grads, o->staging, be->dtype, (size_t)n);
+        args.index0 = g->index0 + at;
+        st->adamw_update(st, loom_view_dims(master, LOOM_F32, &n, 1), (loom_tensor){0},
+                         loom_view_dims(o->host_grads, LOOM_F32, &n, 1),
+                         loom_view_dims((float *)o->m + s, LOOM_F32, &n, 1),
+                         loom_view_dims((float *)o->v + s, LOOM_F32, &n, 1), args);
+        if (o->offload == LOOM_ADAMW_OFFLOAD_PARAMS) {
+            loom_f32_to_dtype(dst, be->dtype, master, (size_t)n);
+        } else {
+            loom_f32_to_dtype(o->staging, be->dtype, master, (size_t)n);
+            be->upload(be, dst, o->staging, (size_t)n * es);
+        }
+    }
 }
 
 void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                      const loom_adamw_config *cfg, float grad_scale) {
     loom_backend *be = o->be;
-    size_t es = loom_dtype_size(be->dtype);
     if (be->range_push) be->range_push(be, "optimizer");
     o->t++;
-    if (o->host_grads) { // offloaded: the gradients to the host as fp32
-        be->download(be, o->staging, grads, (size_t)o->n * es);
-        loom_dtype_to_f32(o->host_grads, o->staging, be->dtype, (size_t)o->n);
-    }
     for (int r = 0; r < o->nranges; r++) {
         const loom_param_range *g = &o->ranges[r];
         loom_adamw_args args = {.lr = lr,
@@ -140,15 +169,8 @@ void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                                 .stochastic_rounding = cfg->stochastic_rounding,
                                 .sr_seed = cfg->seed,
                                 .index0 = g->index0};
-        update_range(o, g, params, grads, args);
-    }
-    if (o->host_grads) { // the updated master weights back as the parameters
-        loom_f32_to_dtype(o->staging, be->dtype, o->master, (size_t)o->n);
-        for (int r = 0; r < o->nranges; r++) {
-            const loom_param_range *g = &o->ranges[r];
-            be->upload(be, (char *)params + (size_t)g->param_offset * es, (char *)o->staging + (size_t)g->state_offset * es,
-                       (size_t)g->numel * es);
-        }
+        if (o->offload) update_offloaded(o, g, params, grads, args);
+        else update_range(o, g, params, grads, args);
     }
     if (be->range_pop) be->range_pop(be);
 }

@@ -29,6 +29,15 @@ typedef struct {
     int64_t index0;
 } loom_param_range;
 
+// Where the optimizer's state lives (ZeRO-Offload, Ren et al., USENIX ATC'21; ZeRO-Infinity,
+// Rajbhandari et al., SC'21, for the parameters).
+typedef enum {
+    LOOM_ADAMW_ON_DEVICE,     // state, parameters and gradients on the backend
+    LOOM_ADAMW_OFFLOAD_STATE, // moments and fp32 master weights in host memory, stepped by the host
+    LOOM_ADAMW_OFFLOAD_PARAMS // that, and the parameters the steps update are host memory too
+                              // (be->host_alloc: ZeRO 3's offloaded shard)
+} loom_adamw_offload;
+
 typedef struct {
     loom_backend *be;     // where the parameters and gradients live
     loom_backend *state_be; // where the state lives: be, or the host (offloaded)
@@ -39,8 +48,10 @@ typedef struct {
     loom_param_range *ranges;
     int nranges;
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
-    float *host_grads;    // offloaded: (n) the gradients as host fp32
-    void *staging;        // offloaded: (n) of be->dtype, the gradients and parameters in transit
+    loom_adamw_offload offload;
+    float *host_grads;    // offloaded: one piece of the gradients as host fp32
+    void *staging;        // offloaded: one piece of be->dtype, the gradients and parameters in
+                          // transit (be->host_alloc)
 } loom_adamw;
 
 // The optimizer of the slices of table's flat buffers this rank updates (the whole buffer:
@@ -49,17 +60,20 @@ typedef struct {
 // (parameters, state and index0) with the same weight decay, so one update is few launches.
 // sharded_params: the parameter buffer the steps update is laid out as the state (ZeRO 3's
 // shard: param_offset = state_offset), else it is the table's flat buffer.
-// offload (ZeRO-Offload, Ren et al., USENIX ATC'21): the state (moments and fp32 master weights)
-// lives in host memory and each step runs on the host's cores (the CPU backend): the gradients
-// are copied to the host as fp32, the master weights updated there, and the parameters copied
-// back rounded to be->dtype (to nearest: no stochastic rounding). Errors: LOOM_ENOMEM when the
-// state does not fit.
+// Offloaded (LOOM_ADAMW_OFFLOAD_*), the state (moments and fp32 master weights) lives in host
+// memory and each step runs on the host's cores (the CPU backend), piece by piece (4M elements):
+// the piece's gradients are copied to the host as fp32, its master weights updated there, and
+// its parameters written back rounded to be->dtype (to nearest: no stochastic rounding): copied
+// to the device, or, with LOOM_ADAMW_OFFLOAD_PARAMS (sharded_params only), written in place in
+// host memory. Host memory: the state (12 bytes per element) and one piece in transit.
+// Errors: LOOM_ENOMEM when the state does not fit.
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
-                              bool offload);
+                              loom_adamw_offload offload);
 void loom_adamw_free(loom_adamw *o);
 // Mixed precision: sets the master weights of every range from the (lower-precision) parameters
-// (num_elements of be->dtype: the buffer the steps update). No-op when there are no master weights.
+// (num_elements of be->dtype: the buffer the steps update, host memory with
+// LOOM_ADAMW_OFFLOAD_PARAMS). No-op when there are no master weights.
 void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements);
 
 // The factor clipping multiplies gradients by: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.

@@ -77,26 +77,21 @@ static int64_t bucket_end(const loom_dp *dp, int64_t start, int64_t E) {
     return i < t->count ? t->params[i].offset : dp->num_elements;
 }
 
-loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_comm *replicas, loom_backend *be,
-                           const loom_param_table *table, int zero, double bucket_mb) {
+// Checks the arguments and lays out the buckets, the shard and the buffer sizes of data
+// parallelism over W ranks (this rank R) without allocating. Errors: as loom_dp_create's.
+static loom_status lay_out(loom_dp **out, int W, int R, bool replicas, size_t es, const loom_param_table *table,
+                           int zero, double bucket_mb) {
     *out = NULL;
     int64_t num_elements = table->num_elements;
-    int W = loom_comm_size(comm);
     if (zero < 0 || zero > 3) return loom_fail(LOOM_EINVAL, "use --zero 0, 1, 2 or 3", "unknown ZeRO stage %d", zero);
     if (!(bucket_mb > 0))
         return loom_fail(LOOM_EINVAL, "e.g. --bucket-mb 25", "--bucket-mb must be > 0, got %g", bucket_mb);
     if (num_elements < W)
         return loom_fail(LOOM_EINVAL, "use fewer ranks or a larger model",
                          "%d ranks exceed the model's %lld parameters", W, (long long)num_elements);
-    if (replicas && loom_comm_size(replicas) == 1) replicas = NULL;
-    if (replicas && zero == 0)
-        return loom_fail(LOOM_EINVAL, "use --zero 1, 2 or 3 with --dp-replicate",
-                         "hybrid sharding over %d replicas shards within each, which ZeRO 0 does not",
-                         loom_comm_size(replicas));
     loom_dp *dp = loom_xcalloc(1, sizeof *dp);
-    *dp = (loom_dp){.comm = comm, .host = host, .replicas = replicas, .be = be, .zero = zero, .W = W,
-                    .R = loom_comm_rank(comm), .es = loom_dtype_size(be->dtype), .num_elements = num_elements,
-                    .table = table, .reduces = W > 1 || replicas || zero == 3};
+    *dp = (loom_dp){.zero = zero, .W = W, .R = R, .es = es, .num_elements = num_elements, .table = table,
+                    .reduces = W > 1 || replicas || zero == 3};
     int64_t E = (int64_t)(bucket_mb * 1024 * 1024 / (double)dp->es) / W * W, most = 0;
     if (E < W) E = W;
     for (int64_t start = 0; start < num_elements; dp->nbuckets++) {
@@ -120,6 +115,24 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
         const bucket *last = &dp->buckets[dp->nbuckets - 1];
         dp->scratch_n = zero == 3 ? most : zero == 2 ? dp->shard_n : 0;
         dp->staging_n = last->staged ? last->piece * W : 0;
+    }
+    *out = dp;
+    return LOOM_OK;
+}
+
+loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_comm *replicas, loom_backend *be,
+                           const loom_param_table *table, int zero, double bucket_mb) {
+    *out = NULL;
+    if (replicas && loom_comm_size(replicas) == 1) replicas = NULL;
+    if (replicas && zero == 0)
+        return loom_fail(LOOM_EINVAL, "use --zero 1, 2 or 3 with --dp-replicate",
+                         "hybrid sharding over %d replicas shards within each, which ZeRO 0 does not",
+                         loom_comm_size(replicas));
+    loom_dp *dp;
+    LOOM_TRY(lay_out(&dp, loom_comm_size(comm), loom_comm_rank(comm), replicas != NULL, loom_dtype_size(be->dtype),
+                     table, zero, bucket_mb));
+    dp->comm = comm, dp->host = host, dp->replicas = replicas, dp->be = be;
+    if (dp->reduces) {
         dp->shard = be->alloc(be, (size_t)dp->shard_n * dp->es);
         dp->scratch = dp->scratch_n ? be->alloc(be, (size_t)dp->scratch_n * dp->es) : NULL;
         dp->staging = dp->staging_n ? be->alloc(be, (size_t)dp->staging_n * dp->es) : NULL;
@@ -131,6 +144,18 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
         }
     }
     *out = dp;
+    return LOOM_OK;
+}
+
+loom_status loom_dp_plan(const loom_param_table *table, int W, bool replicas, loom_dtype dtype, int zero,
+                         double bucket_mb, size_t *buffers, int64_t *state_elements) {
+    loom_dp *dp;
+    LOOM_TRY(lay_out(&dp, W, 0, replicas, loom_dtype_size(dtype), table, zero, bucket_mb));
+    *buffers = loom_dp_memory_bytes(dp);
+    *state_elements = loom_dp_state_elements(dp);
+    free(dp->buckets);
+    free(dp->slices);
+    free(dp);
     return LOOM_OK;
 }
 

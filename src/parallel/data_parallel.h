@@ -50,6 +50,11 @@ typedef struct loom_dp loom_dp;
 loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_comm *replicas, loom_backend *be,
                            const loom_param_table *table, int zero, double bucket_mb);
 void loom_dp_free(loom_dp *dp);
+// What loom_dp_create would hold over W ranks (replicas: HSDP), without allocating: *buffers
+// bytes of the backend's memory (loom_dp_memory_bytes) and the optimizer's *state_elements.
+// Errors: those of loom_dp_create's argument checks.
+loom_status loom_dp_plan(const loom_param_table *table, int W, bool replicas, loom_dtype dtype, int zero,
+                         double bucket_mb, size_t *buffers, int64_t *state_elements);
 
 // The slices of the flat buffers this rank's optimizer updates (zero 0: all of it; zero 1/2 its
 // pieces) and where their state lies, and the state's element count.

@@ -35,8 +35,9 @@ struct loom_fsdp {
     unit *units;
     int nunits;
     int *unit_of;          // (L + 2) unit of layer l at [l + 1], -1 when not in this model
-    void *shard;           // (shard_n)
+    void *shard;           // (shard_n) on the backend, or host memory with offload_params
     int64_t shard_n;
+    bool offload_params;
     buffer *pool;          // freed unit buffers, kept for reuse
     int npool, nbuffers;
     size_t bytes, peak;    // unit buffers allocated
@@ -118,7 +119,9 @@ static void gather(loom_fsdp *f, int k) {
         release_params(f, &f->units[lru]);
     }
     u->params = take_or_exit(f, u);
-    f->be->copy(f->be, AT(u->params, (int64_t)f->R * u->piece), AT(f->shard, u->shard_offset), (size_t)u->piece * f->es);
+    void *mine = AT(u->params, (int64_t)f->R * u->piece), *piece = AT(f->shard, u->shard_offset);
+    if (f->offload_params) f->be->copy_wait(f->be, f->be->copy_async(f->be, mine, piece, (size_t)u->piece * f->es, false));
+    else f->be->copy(f->be, mine, piece, (size_t)u->piece * f->es);
     if (f->W > 1) keep_error(f, loom_allgather(f->comm, NULL, u->params, (size_t)u->piece, f->be->dtype, &u->req));
     point(f, u, f->p, u->params);
 }
@@ -166,6 +169,10 @@ static void unit_reduced(void *ctx, int b) {
     point(f, u, f->g, NULL);
 }
 
+// Buffers of a unit's size reserved at creation: what a step without a pipeline holds at most
+// (a pinned unit's parameters and gradients; two blocks' of each, for the first block's size).
+static int reserved(bool pinned) { return pinned ? 2 : 2 * MAX_BLOCKS_GATHERED; }
+
 // Puts n buffers of unit u's size in the pool (parameters and gradients in flight at once).
 static bool reserve(loom_fsdp *f, const unit *u, int n) {
     void *got[2 * MAX_BLOCKS_GATHERED];
@@ -177,10 +184,11 @@ static bool reserve(loom_fsdp *f, const unit *u, int n) {
 
 loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom_backend *be,
                              const loom_param_table *table, int num_layers, loom_tensor *params, loom_tensor *grads,
-                             loom_hooks *hooks) {
+                             loom_hooks *hooks, bool offload_params) {
     loom_fsdp *f = loom_xcalloc(1, sizeof *f);
     *f = (loom_fsdp){.comm = comm, .be = be, .table = table, .p = params, .g = grads, .W = loom_comm_size(comm),
-                     .R = loom_comm_rank(comm), .L = num_layers, .es = loom_dtype_size(be->dtype)};
+                     .R = loom_comm_rank(comm), .L = num_layers, .es = loom_dtype_size(be->dtype),
+                     .offload_params = offload_params};
     f->nunits = loom_dp_num_buckets(dp);
     f->units = loom_xcalloc((size_t)f->nunits, sizeof *f->units);
     f->unit_of = loom_xmalloc((size_t)(num_layers + 2) * sizeof(int));
@@ -198,13 +206,13 @@ loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom
         point(f, u, params, NULL);
         if (grads) point(f, u, grads, NULL);
     }
-    f->shard = be->alloc(be, (size_t)f->shard_n * f->es);
+    size_t shard_bytes = (size_t)f->shard_n * f->es;
+    f->shard = offload_params ? be->host_alloc(be, shard_bytes) : be->alloc(be, shard_bytes);
     bool ok = f->shard != NULL;
-    for (int k = 0, blocks = 0; k < f->nunits && ok; k++) // what a step without a pipeline holds at most
-        if (f->units[k].pinned || blocks++ == 0)
-            ok = reserve(f, &f->units[k], f->units[k].pinned ? 2 : 2 * MAX_BLOCKS_GATHERED);
+    for (int k = 0, blocks = 0; k < f->nunits && ok; k++)
+        if (f->units[k].pinned || blocks++ == 0) ok = reserve(f, &f->units[k], reserved(f->units[k].pinned));
     if (!ok) {
-        size_t bytes = (size_t)f->shard_n * f->es + f->bytes;
+        size_t bytes = shard_bytes + f->bytes;
         loom_fsdp_free(f);
         *out = NULL;
         return loom_fail(LOOM_ENOMEM, "use more ranks or a smaller model",
@@ -217,11 +225,26 @@ loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom
     return LOOM_OK;
 }
 
+size_t loom_fsdp_plan_units(const loom_param_table *table, int num_layers, int W, loom_dtype dtype) {
+    size_t bytes = 0;
+    for (int i = 0, blocks = 0; i < table->count;) {
+        int layer = table->params[i].layer;
+        int64_t start = table->params[i].offset;
+        while (i < table->count && table->params[i].layer == layer) i++;
+        int64_t len = (i < table->count ? table->params[i].offset : table->num_elements) - start;
+        bool pinned = layer < 0 || layer >= num_layers;
+        if (pinned || blocks++ == 0)
+            bytes += (size_t)reserved(pinned) * (size_t)((len + W - 1) / W * W) * loom_dtype_size(dtype);
+    }
+    return bytes;
+}
+
 void loom_fsdp_free(loom_fsdp *f) {
     if (!f) return;
     loom_fsdp_reshard(f);
     for (int i = 0; i < f->npool; i++) f->be->free(f->be, f->pool[i].p);
-    f->be->free(f->be, f->shard);
+    if (f->offload_params) f->be->host_free(f->be, f->shard);
+    else f->be->free(f->be, f->shard);
     free(f->pool);
     free(f->units);
     free(f->unit_of);
@@ -239,10 +262,14 @@ void loom_fsdp_set_params(loom_fsdp *f, const float *flat) {
         loom_comm_shard((size_t)u->len, f->W, f->R, &off, &len);
         memcpy(mine + u->shard_offset, flat + u->start + off, len * sizeof(float));
     }
-    void *raw = loom_xmalloc((size_t)f->shard_n * f->es);
-    loom_f32_to_dtype(raw, f->be->dtype, mine, (size_t)f->shard_n);
-    f->be->upload(f->be, f->shard, raw, (size_t)f->shard_n * f->es);
-    free(raw);
+    if (f->offload_params) {
+        loom_f32_to_dtype(f->shard, f->be->dtype, mine, (size_t)f->shard_n);
+    } else {
+        void *raw = loom_xmalloc((size_t)f->shard_n * f->es);
+        loom_f32_to_dtype(raw, f->be->dtype, mine, (size_t)f->shard_n);
+        f->be->upload(f->be, f->shard, raw, (size_t)f->shard_n * f->es);
+        free(raw);
+    }
     free(mine);
 }
 

@@ -15,6 +15,10 @@
 //   FSDP2 keeps its root module), with their gradient buffers;
 //   the gradient buffer of a unit is reduce-scattered into the gradient shard by the data
 //   parallelism once it is final and handed back (loom_dp_units).
+// With offload_params (ZeRO-Infinity's parameter offload to host memory, Rajbhandari et al.,
+// SC'21) the shard lives in host memory (be->host_alloc) and each piece is copied to the device
+// when its unit is gathered (on the backend's side stream, ahead of use when prefetched); the
+// optimizer then updates the shard in host memory (optim/adamw.h's LOOM_ADAMW_OFFLOAD_PARAMS).
 // Unit buffers are pieces x ranks elements (the last rank's piece padded with zeros) and are
 // reused from a pool of freed buffers. The model's parameter and gradient views (loom_gpt2.p,
 // .g) point into the gathered buffers while a unit is resident and are NULL otherwise.
@@ -29,14 +33,18 @@ typedef struct loom_fsdp loom_fsdp;
 
 // Over the units of `dp` (created with ZeRO 3 over `comm`, the device group it shards over) of
 // the model whose table, parameter and gradient views (table->count each) and hooks are given;
-// layers -1 and num_layers are the pinned units. Adds its hooks and becomes dp's unit owner.
-// Errors: LOOM_ENOMEM for the shard or the first unit buffers.
+// layers -1 and num_layers are the pinned units; the shard in host memory with offload_params.
+// Adds its hooks and becomes dp's unit owner. Errors: LOOM_ENOMEM for the shard or the first
+// unit buffers.
 loom_status loom_fsdp_create(loom_fsdp **out, loom_dp *dp, loom_comm *comm, loom_backend *be,
                              const loom_param_table *table, int num_layers, loom_tensor *params, loom_tensor *grads,
-                             loom_hooks *hooks);
+                             loom_hooks *hooks, bool offload_params);
 void loom_fsdp_free(loom_fsdp *f);
+// Bytes of unit buffers loom_fsdp_create reserves over W ranks for the model of `table` (what a
+// step without a pipeline holds at most), without allocating.
+size_t loom_fsdp_plan_units(const loom_param_table *table, int num_layers, int W, loom_dtype dtype);
 // This rank's pieces of every unit (shard_n elements of be->dtype, laid out as the optimizer
-// state: parallel/data_parallel.h's shard offsets).
+// state: parallel/data_parallel.h's shard offsets); host memory with offload_params.
 void *loom_fsdp_shard(const loom_fsdp *f);
 int64_t loom_fsdp_shard_elements(const loom_fsdp *f);
 // Sets the shard from the whole flat parameters (host fp32, table order, table->num_elements).

@@ -90,8 +90,7 @@ loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cf
     return stage;
 }
 
-// Whether the schedule splits this rank's backward into its input and weight halves.
-static bool splits_backward(const loom_pp_schedule *s, int rank) {
+bool loom_train_splits_backward(const loom_pp_schedule *s, int rank) {
     for (int i = 0; s && i < s->count[rank]; i++)
         if (s->actions[rank][i].op == LOOM_PP_I) return true;
     return false;
@@ -117,14 +116,14 @@ static void set_params(loom_trainer *t, const float *file) {
 static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, const float *file) {
     const loom_train_config *c = &t->cfg;
     loom_mesh *mesh = t->mesh;
-    LOOM_TRY(make_schedule(t, cfg));
     loom_gpt2_layout layout = {loom_train_stage_of(t, cfg, t->pp_rank), mesh->coord[LOOM_AXIS_TP], c->tp, c->sp,
                                c->zero == 3};
     LOOM_TRY(loom_gpt2_create_layout(&t->model, t->be, cfg, &layout));
     loom_gpt2 *m = t->model;
     m->recompute = c->recompute;
+    m->offload_activations = c->offload_activations;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
-    m->split_backward = splits_backward(t->schedule, t->pp_rank);
+    m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);
     LOOM_TRY(loom_gpt2_alloc(m, c->batch, t->st.seq_len, true));
     if (t->schedule) {
         int64_t rows = (int64_t)c->batch * t->st.seq_len / m->row_shards;
@@ -141,13 +140,16 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
                             mesh->dev[LOOM_GROUP_REPLICATE], t->be, &m->table, c->zero, c->bucket_mb));
     if (c->zero == 3)
         LOOM_TRY(loom_fsdp_create(&t->fsdp, t->dp, mesh->dev[LOOM_GROUP_SHARD], t->be, &m->table, cfg->num_layers, m->p,
-                                  m->g, &m->hooks));
+                                  m->g, &m->hooks, c->offload_params));
     loom_hooks_add(&m->hooks, LOOM_HOOK_GRADS, loom_dp_grads_ready, t->dp);
     set_params(t, file);
     int n;
     const loom_param_slice *slices = loom_dp_slices(t->dp, &n);
+    loom_adamw_offload offload = c->offload_params      ? LOOM_ADAMW_OFFLOAD_PARAMS
+                                 : c->offload_optimizer ? LOOM_ADAMW_OFFLOAD_STATE
+                                                        : LOOM_ADAMW_ON_DEVICE;
     LOOM_TRY(loom_adamw_create(&t->opt, t->be, &m->table, slices, n, loom_dp_state_elements(t->dp), t->fsdp != NULL,
-                               c->offload_optimizer));
+                               offload));
     t->inputs = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     t->targets = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     return LOOM_OK;
@@ -226,7 +228,9 @@ static loom_status build(loom_trainer *t, bool *report) {
     float *file = NULL;
     int64_t resumed;
     loom_status s = read_start(t, &cfg, &file, &resumed);
-    if (s == LOOM_OK) s = build_parallel(t, &cfg, file);
+    if (s == LOOM_OK) s = make_schedule(t, &cfg);
+    if (s == LOOM_OK) s = loom_train_check_memory(t, &cfg);
+    if (loom_comm_agree(t->world, s, report) == LOOM_OK) s = build_parallel(t, &cfg, file); // every rank measured
     free(file);
     AGREE(s);
     if (resumed >= 0) AGREE(load_state(t, resumed));
@@ -264,14 +268,18 @@ void loom_trainer_free(loom_trainer *t) {
     free(t);
 }
 
-void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer) {
-    size_t es = loom_dtype_size(t->be->dtype), units = 0, peak = 0;
-    size_t pbytes = (size_t)t->model->num_elements * es;
-    *params_grads = 2 * pbytes + loom_dp_memory_bytes(t->dp); // the model's, then the gradient shard's
-    *acts = loom_gpt2_memory_bytes(t->model) - (t->fsdp ? 0 : 2 * pbytes);
+void loom_trainer_memory(const loom_trainer *t, loom_train_memory *mem) {
+    size_t es = loom_dtype_size(t->be->dtype), units = 0, peak = 0, acts_host = 0;
+    size_t model = loom_gpt2_memory_bytes(t->model, &acts_host), pbytes = (size_t)t->model->num_elements * es;
+    size_t shard = t->fsdp ? (size_t)loom_fsdp_shard_elements(t->fsdp) * es : 0;
+    size_t state = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
+    *mem = (loom_train_memory){.params_grads = 2 * pbytes + loom_dp_memory_bytes(t->dp), // the model's, the grad shard's
+                               .activations = model - (t->fsdp ? 0 : 2 * pbytes),
+                               .optimizer = t->cfg.offload_optimizer ? 0 : state,
+                               .offloaded = acts_host + (t->cfg.offload_optimizer ? state : 0)};
     if (t->fsdp) { // the parameter shard and the unit buffers instead of the model's
         loom_fsdp_memory(t->fsdp, &units, &peak);
-        *params_grads = (size_t)loom_fsdp_shard_elements(t->fsdp) * es + peak + loom_dp_memory_bytes(t->dp);
+        mem->params_grads = (t->cfg.offload_params ? 0 : shard) + peak + loom_dp_memory_bytes(t->dp);
+        if (t->cfg.offload_params) mem->offloaded += shard;
     }
-    *optimizer = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
 }

@@ -46,6 +46,8 @@ typedef struct {
     double bucket_mb;        // gradient bucket size (MiB)
     loom_recompute recompute;
     bool offload_optimizer;  // AdamW state in host memory, stepped on the host's cores (ZeRO-Offload)
+    bool offload_params;     // ZeRO 3's parameter shard in host memory (with offload_optimizer)
+    bool offload_activations; // the blocks' saved activations in host memory (model/gpt2.h)
     loom_adamw_config adamw;
     loom_lr_schedule lr;
     uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding
@@ -112,6 +114,15 @@ loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int
 // rank that should print).
 loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report);
 
-// Memory per rank in bytes: parameters + gradients (with data parallelism's gradient shard and
-// ZeRO 3's unit buffers), activations, optimizer state (in host memory when offloaded).
-void loom_trainer_memory(const loom_trainer *t, size_t *params_grads, size_t *acts, size_t *optimizer);
+// Memory per rank, bytes.
+typedef struct {
+    size_t params_grads; // on the backend: parameters and gradients, with data parallelism's
+                         // gradient shard and scratch, ZeRO 3's shard and unit buffers (at most)
+    size_t activations;  // on the backend
+    size_t optimizer;    // AdamW state (moments, master weights) on the backend; 0 when offloaded
+    size_t offloaded;    // in host memory: AdamW state, ZeRO 3's parameter shard, activations
+} loom_train_memory;
+void loom_trainer_memory(const loom_trainer *t, loom_train_memory *mem);
+// The same figures planned from the configuration alone (train/plan.c: what the trainer checks
+// against free memory before allocating). Errors: those of the plan's model layout.
+loom_status loom_trainer_plan(const loom_trainer *t, loom_train_memory *plan);

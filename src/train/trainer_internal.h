@@ -11,3 +11,11 @@ loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cf
 // The parameter buffer the optimizer updates and its element count (*n, when n is not NULL):
 // the model's flat buffer, or ZeRO 3's shard.
 void *loom_train_params(const loom_trainer *t, int64_t *n);
+// Whether the schedule splits pipeline rank `rank`'s backward into its input and weight halves.
+bool loom_train_splits_backward(const loom_pp_schedule *s, int rank);
+// Refuses, before anything is allocated, a run whose memory plan (plan.c) does not fit in the
+// backend's free memory (shared by the ranks on one device) or the host's, naming the flags that
+// would make it fit. LOOM_DEVICE_MEMORY_GIB=X in the environment plans for a device with X GiB
+// free. Errors: LOOM_ENOMEM with the plan, the free memory and the alternatives; those of the
+// plan's model layout.
+loom_status loom_train_check_memory(const loom_trainer *t, const loom_gpt2_config *cfg);

@@ -108,7 +108,7 @@ static void test_recompute(loom_backend *be, uint64_t seed) {
     for (int mode = LOOM_RECOMPUTE_NONE; mode <= LOOM_RECOMPUTE_FULL; mode++) {
         m->recompute = (loom_recompute)mode;
         T_ASSERT(loom_gpt2_alloc(m, B, T, true) == LOOM_OK, "alloc");
-        mem[mode] = loom_gpt2_memory_bytes(m);
+        mem[mode] = loom_gpt2_memory_bytes(m, NULL);
         loom_gpt2_zero_grads(m);
         loss[mode] = loom_gpt2_forward_backward(m, x, y, B, T, 1.0f);
         loom_gpt2_get_grads(m, mode == 0 ? ref : got);
@@ -118,6 +118,49 @@ static void test_recompute(loom_backend *be, uint64_t seed) {
     T_ASSERT(mem[2] < mem[1] && mem[1] < mem[0], "memory none %zu > gelu %zu > full %zu", mem[0], mem[1], mem[2]);
     loom_recompute r;
     T_ASSERT(loom_recompute_parse("some", &r) == LOOM_EINVAL && strstr(loom_error_message(), "'some'"), "bad mode");
+    free(ref);
+    free(got);
+    loom_gpt2_free(m);
+}
+
+// Offloaded activations (7 blocks, 3 resident): gradients bit-identical to keeping every block's,
+// with and without full recomputation and over two micro-batches of different sizes; the
+// backend holds 3 blocks' saved tensors and host memory the 7.
+static void test_offload_activations(loom_backend *be, uint64_t seed) {
+    int B = 2, T = 13, L = 7;
+    int32_t x[2 * 13], y[2 * 13];
+    loom_gpt2_config cfg = tiny();
+    cfg.num_layers = L;
+    loom_gpt2 *m;
+    T_ASSERT(loom_gpt2_create(&m, be, &cfg) == LOOM_OK, "create");
+    loom_gpt2_init(m, seed);
+    for (int i = 0; i < B * T; i++) x[i] = t_randint(0, cfg.vocab_size - 1), y[i] = t_randint(0, cfg.vocab_size - 1);
+    size_t bytes = (size_t)m->num_elements * sizeof(float);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    for (int full = 0; full <= 1; full++) {
+        m->recompute = full ? LOOM_RECOMPUTE_FULL : LOOM_RECOMPUTE_NONE;
+        size_t mem[2], host[2];
+        for (int off = 0; off <= 1; off++) {
+            m->offload_activations = off;
+            T_ASSERT(loom_gpt2_alloc(m, B, T, true) == LOOM_OK, "alloc");
+            mem[off] = loom_gpt2_memory_bytes(m, &host[off]);
+            loom_gpt2_zero_grads(m);
+            double l1 = loom_gpt2_forward_backward(m, x, y, B, T, 0.5f);
+            double l2 = loom_gpt2_forward_backward(m, x, y, 1, T - 4, 0.5f);
+            loom_gpt2_get_grads(m, off ? got : ref);
+            T_ASSERT(l1 > 0 && l2 > 0, "losses");
+        }
+        T_ASSERT(memcmp(ref, got, bytes) == 0, "recompute %d: offloaded activations change the gradients", full);
+        // per block: (N,C) residual3 always; without recomputation also ln1, qkv, atty, residual2, ln2,
+        // fch, fch_gelu, the fp32 statistics and the (B,NH,T) log-sum-exp: the host holds L blocks, the backend L - 3 fewer
+        int64_t N = (int64_t)B * T, C = cfg.channels;
+        int64_t per = full ? N * C : N * (C + 3 * C + C + C + C + 4 * C + 4 * C + C) + 4 * N + N * cfg.num_heads;
+        size_t want_host = 0;
+        for (int64_t b = 0; b < L; b++) want_host += (size_t)per * sizeof(float);
+        T_ASSERT(host[0] == 0 && host[1] == want_host, "recompute %d: host bytes %zu, want %zu", full, host[1], want_host);
+        T_ASSERT(mem[0] - mem[1] >= (size_t)(L - 3) * (size_t)per * sizeof(float), "recompute %d: backend bytes %zu -> %zu",
+                 full, mem[0], mem[1]);
+    }
     free(ref);
     free(got);
     loom_gpt2_free(m);
@@ -151,6 +194,7 @@ int main(void) {
     test_init(be, seed);
     test_accumulation(be, seed);
     test_recompute(be, seed);
+    test_offload_activations(be, seed);
     test_schedule();
     test_clip();
     loom_backend_destroy(be);

@@ -10,27 +10,47 @@
 // the caller's pointer stays 64-byte aligned.
 enum { HEADER = 64 };
 
-static void *cpu_alloc(loom_backend *be, size_t bytes) {
+// A block counted in *in_use (and *peak): device-side or host-side accounting.
+static void *counted_alloc(size_t bytes, size_t *in_use, size_t *peak) {
     size_t n = (bytes + 63) / 64 * 64; // aligned_alloc wants a multiple
     char *p = aligned_alloc(64, HEADER + n);
     if (!p) return NULL;
     memset(p + HEADER, 0, n);
     memcpy(p, &n, sizeof n);
-    be->bytes_in_use += n;
-    if (be->bytes_in_use > be->peak_bytes) be->peak_bytes = be->bytes_in_use;
+    *in_use += n;
+    if (*in_use > *peak) *peak = *in_use;
     return p + HEADER;
 }
 
-static void cpu_free(loom_backend *be, void *p) {
+static void counted_free(void *p, size_t *in_use) {
     if (!p) return;
     size_t n;
     memcpy(&n, (char *)p - HEADER, sizeof n);
-    be->bytes_in_use -= n;
+    *in_use -= n;
     free((char *)p - HEADER);
 }
 
+static void *cpu_alloc(loom_backend *be, size_t bytes) { return counted_alloc(bytes, &be->bytes_in_use, &be->peak_bytes); }
+static void cpu_free(loom_backend *be, void *p) { counted_free(p, &be->bytes_in_use); }
+// the host memory of what is offloaded, counted apart from the backend's own
+static void *cpu_host_alloc(loom_backend *be, size_t bytes) {
+    return counted_alloc(bytes, &be->host_bytes_in_use, &be->host_peak_bytes);
+}
+static void cpu_host_free(loom_backend *be, void *p) { counted_free(p, &be->host_bytes_in_use); }
+
 static void cpu_copy(loom_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
+}
+
+static uint64_t cpu_copy_async(loom_backend *be, void *dst, const void *src, size_t bytes, bool to_host) {
+    cpu_copy(be, dst, src, bytes);
+    return 0;
+}
+
+static void cpu_copy_wait(loom_backend *be, uint64_t ticket) {}
+
+static void cpu_memory_info(loom_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    loom_host_memory_info(free_bytes, total_bytes);
 }
 
 static void cpu_zero(loom_backend *be, void *p, size_t bytes) {
@@ -58,6 +78,11 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .zero = cpu_zero,
         .copy = cpu_copy,
         .synchronize = cpu_synchronize,
+        .host_alloc = cpu_host_alloc,
+        .host_free = cpu_host_free,
+        .copy_async = cpu_copy_async,
+        .copy_wait = cpu_copy_wait,
+        .memory_info = cpu_memory_info,
         .encoder_forward = cpu_encoder_forward,
         .encoder_backward = cpu_encoder_backward,
         .layernorm_forward = cpu_layernorm_forward,

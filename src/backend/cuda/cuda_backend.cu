@@ -101,6 +101,7 @@ void *cuda_scratch(loom_cuda *cu, size_t bytes) {
 static void cuda_destroy(loom_backend *be) {
     loom_cuda *cu = cuda_of(be);
     CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    cuda_host_copy_destroy(cu);
     if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
     CUDA_CHECK(cudaFree(cu->workspace));
     cuda_matmul_free_cache(cu);
@@ -112,6 +113,10 @@ static void cuda_destroy(loom_backend *be) {
         free(b);
     }
     free(cu);
+}
+
+static void cuda_memory_info(loom_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
 }
 
 static void cuda_range_push(loom_backend *be, const char *name) { nvtxRangePushA(name); }
@@ -183,6 +188,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .dtype = dtype,
         .bytes_in_use = 0,
         .peak_bytes = 0,
+        .host_bytes_in_use = 0,
+        .host_peak_bytes = 0,
         .chunk_bytes = (size_t)512 << 20,
         .stream = cu->stream,
         .alloc = cuda_alloc,
@@ -192,6 +199,11 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .zero = cuda_zero,
         .copy = cuda_copy,
         .synchronize = cuda_synchronize,
+        .host_alloc = cuda_host_alloc,
+        .host_free = cuda_host_free,
+        .copy_async = cuda_copy_async,
+        .copy_wait = cuda_copy_wait,
+        .memory_info = cuda_memory_info,
         .range_push = cuda_range_push,
         .range_pop = cuda_range_pop,
         .encoder_forward = cuda_encoder_forward,

@@ -51,7 +51,22 @@ typedef struct {
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
+    struct cuda_host_block *host_blocks; // live host_alloc allocations, for base.host_bytes_in_use
+    cudaStream_t copy_stream;  // copy_async's side stream (created at its first use), and its
+    cudaEvent_t ops_done;      // events: the ops issued before a copy, and each copy's completion
+    cudaEvent_t *copy_done;    // (CUDA_COPY_EVENTS) ring indexed by ticket
+    uint64_t copies;           // tickets handed out
 } loom_cuda;
+
+enum { CUDA_COPY_EVENTS = 256 };
+
+// Host memory and side-stream copies (host_copy.cu): the backend table's host_alloc, host_free,
+// copy_async, copy_wait, and the release of their stream and events at destroy.
+void *cuda_host_alloc(loom_backend *be, size_t bytes);
+void cuda_host_free(loom_backend *be, void *p);
+uint64_t cuda_copy_async(loom_backend *be, void *dst, const void *src, size_t bytes, bool to_host);
+void cuda_copy_wait(loom_backend *be, uint64_t ticket);
+void cuda_host_copy_destroy(loom_cuda *cu);
 
 // Counts `bytes` more (or fewer, when negative) device memory in use.
 static inline void cuda_account(loom_cuda *cu, long long bytes) {
