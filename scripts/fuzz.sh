@@ -28,7 +28,7 @@ BUILD=build-fuzz
 # ---- Debian packages: clang with its runtimes (libFuzzer, ASan, UBSan: libclang-rt-dev), its
 # OpenMP (libomp-dev), and loom's build dependencies (as scripts/setup.sh) ----
 PKGS=(clang libclang-rt-dev libomp-dev cmake make pkg-config libopenblas-openmp-dev libpcre2-dev
-      libcjson-dev uthash-dev zlib1g-dev libopenmpi-dev openmpi-bin)
+      libcjson-dev uthash-dev zlib1g-dev libopenmpi-dev openmpi-bin protobuf-c-compiler libprotobuf-c-dev libisal-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

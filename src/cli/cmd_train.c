@@ -4,6 +4,10 @@
 // data-parallel replicas that read their own slice of every global batch.
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/eta.h"
+#include "cli/metrics.h"
+#include "cli/plot.h"
+#include "cli/tensorboard.h"
 #include "cli/train_options.h"
 #include "ckpt/folder.h"
 #include "core/fault.h"
@@ -13,7 +17,6 @@
 #include "data/tokenizer.h"
 #include "model/generate.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -31,28 +34,21 @@ typedef struct {
     pipeline_time pipe;
     loom_loader *train, *val;
     loom_tokenizer *tok; // rank 0, when sampling
-    FILE *metrics;       // rank 0
+    cli_metrics *metrics; // rank 0, --metrics
+    cli_tensorboard *tb;  // rank 0, --tensorboard
+    cli_eta eta;
     loom_ckpt_lock *lock; // rank 0: the checkpoint folder's
-    int64_t skipped;     // steps skipped as not finite (--skip-nonfinite)
+    int64_t skipped;      // steps skipped as not finite (--skip-nonfinite)
 } run;
 
 static void loader_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
     loom_loader_get(ctx, index, inputs, targets);
 }
 
-// Rank 0 (the others return LOOM_OK). Errors: LOOM_EIO when the line cannot be written (a
-// full disk, /dev/full): the caller agrees on it across ranks.
+// keys[0] is "step": a --metrics record and TensorBoard scalars. Errors: a write failure (rank 0).
 static loom_status log_metrics(run *r, const char *const *keys, const double *vals, int n) {
-    if (!r->metrics) return LOOM_OK;
-    cJSON *j = cJSON_CreateObject();
-    for (int i = 0; i < n; i++) cJSON_AddNumberToObject(j, keys[i], vals[i]);
-    char *line = cJSON_PrintUnformatted(j);
-    int err = fprintf(r->metrics, "%s\n", line) >= 0 && fflush(r->metrics) == 0 ? 0 : errno;
-    free(line);
-    cJSON_Delete(j);
-    if (!err) return LOOM_OK;
-    return loom_fail(LOOM_EIO, "is the disk full? check --metrics", "writing metrics file %s failed: %s", r->o.metrics,
-                     strerror(err));
+    if (r->metrics) LOOM_TRY(cli_metrics_numbers(r->metrics, keys, vals, n));
+    return r->tb ? cli_tensorboard_scalars(r->tb, (int64_t)vals[0], keys + 1, vals + 1, n - 1) : LOOM_OK;
 }
 
 // Rank 0, before the trainer: the checkpoint folder made and locked (its write access checked
@@ -104,9 +100,11 @@ static loom_status open_io(run *r) {
         }
     }
     if (o->sample_every && rank == 0) LOOM_TRY(loom_tokenizer_load(&r->tok, NULL));
-    if (o->metrics && rank == 0 && !(r->metrics = fopen(o->metrics, r->t->st.step > 0 ? "a" : "w")))
-        return loom_fail(LOOM_EIO, "check --metrics", "cannot open metrics file %s: %s", o->metrics, strerror(errno));
-    return LOOM_OK;
+    if (rank != 0) return LOOM_OK;
+    if (o->plot) LOOM_TRY(cli_plot_check(o->plot));
+    if (o->metrics) LOOM_TRY(cli_metrics_open(&r->metrics, o->metrics, r->t->st.step));
+    if (o->metrics) LOOM_TRY(cli_metrics_config(r->metrics, o, r->t));
+    return o->tensorboard ? cli_tensorboard_open(&r->tb, o->tensorboard, r->t->st.step) : LOOM_OK;
 }
 
 static void print_config(const run *r) {
@@ -131,8 +129,8 @@ static void print_config(const run *r) {
                   c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     cli_table_row("parameters", "%s", n);
     cli_table_row("micro-batch", "B=%d x T=%d = %lld tokens", B, T, (long long)B * T);
-    cli_table_row("global batch", "%d sequences = %lld tokens (%d dp ranks x accumulation %d)", G, (long long)G * T,
-                  t->dp_size, t->grad_accum);
+    cli_table_row("global batch", "%d sequence%s = %lld tokens (%d dp rank%s x accumulation %d)", G, cli_s(G),
+                  (long long)G * T, t->dp_size, cli_s(t->dp_size), t->grad_accum);
     cli_table_row("mesh", "%s", mesh);
     if (o->run.tp > 1)
         cli_table_row("tensor parallel", "tp %d: %d heads per rank, vocabulary-parallel loss%s", o->run.tp, t->model->NH,
@@ -145,12 +143,15 @@ static void print_config(const run *r) {
                       t->schedule->M, 100 * bubble);
     }
     if (o->run.zero == 3)
-        cli_table_row("data parallel", "dp %d (%s), ZeRO 3 (FSDP): %d units sharded over %d ranks%s", t->dp_size,
+        cli_table_row("data parallel", "dp %d (%s), ZeRO 3 (FSDP): %d unit%s sharded over %d rank%s%s", t->dp_size,
                       loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), loom_dp_num_buckets(t->dp),
-                      loom_mesh_size(t->mesh, LOOM_GROUP_SHARD), o->run.dp_replicate > 1 ? ", replicated (HSDP)" : "");
+                      cli_s(loom_dp_num_buckets(t->dp)), loom_mesh_size(t->mesh, LOOM_GROUP_SHARD),
+                      cli_s(loom_mesh_size(t->mesh, LOOM_GROUP_SHARD)),
+                      o->run.dp_replicate > 1 ? ", replicated (HSDP)" : "");
     else
-        cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d buckets of %s%s", t->dp_size,
-                      loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp), bucket,
+        cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d bucket%s of %s%s", t->dp_size,
+                      loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp),
+                      cli_s(loom_dp_num_buckets(t->dp)), bucket,
                       o->run.dp_replicate > 1 ? ", hybrid: sharded within replicas" : "");
     cli_table_row("steps", "%lld (from step %lld), %.3g tokens", (long long)o->steps, (long long)t->st.step,
                   (double)o->steps * G * T);
@@ -162,12 +163,14 @@ static void print_config(const run *r) {
                   a->stochastic_rounding ? ", stochastic rounding" : "");
     cli_table_row("train data", "%s (%s tokens%s)", o->train_data, tok, o->shuffle ? ", shuffled" : "");
     if (o->val_data)
-        cli_table_row("val data", "%s: %d batches, every %d steps", o->val_data, o->val_batches, o->val_every);
-    if (o->ckpt_dir && o->ckpt_every) cli_table_row("checkpoints", "%s every %d steps", o->ckpt_dir, o->ckpt_every);
+        cli_table_row("val data", "%s: %d batch%s, every %d step%s", o->val_data, o->val_batches,
+                      o->val_batches == 1 ? "" : "es", o->val_every, cli_s(o->val_every));
+    if (o->ckpt_dir && o->ckpt_every)
+        cli_table_row("checkpoints", "%s every %d step%s", o->ckpt_dir, o->ckpt_every, cli_s(o->ckpt_every));
     else if (o->ckpt_dir) cli_table_row("checkpoints", "%s at the end", o->ckpt_dir);
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
-    cli_table_row("device", "%s, %s, %d threads per rank", t->be->name, loom_dtype_name(t->be->dtype),
-                  omp_get_max_threads());
+    cli_table_row("device", "%s, %s, %d thread%s per rank", t->be->name, loom_dtype_name(t->be->dtype),
+                  omp_get_max_threads(), cli_s(omp_get_max_threads()));
     cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW on the %s", pmem, amem,
                   o->recompute, omem, t->be->name);
     if (mem.offloaded)
@@ -175,13 +178,20 @@ static void print_config(const run *r) {
     cli_table_rule();
 }
 
+// --plot redrawn from the metrics file (rank 0), once a step is in it.
+static loom_status redraw(run *r, int64_t step) {
+    return r->o.plot && step > 0 && loom_comm_rank(r->world) == 0 ? cli_plot_metrics(r->o.metrics, r->o.plot) : LOOM_OK;
+}
+
+// The validation loss, logged, and the plot redrawn; write failures agreed across ranks.
 static loom_status validate(run *r, int64_t step, bool *report) {
     if (!r->val) return LOOM_OK;
-    double loss;
+    double loss, t0 = loom_now();
     LOOM_TRY(loom_train_eval(r->t, loader_batch, r->val, r->o.val_batches, &loss));
+    cli_eta_validation(&r->eta, loom_now() - t0);
     loom_info("val loss %.4f (step %lld)\n", loss, (long long)step);
-    return loom_comm_agree(r->world, log_metrics(r, (const char *[]){"step", "val_loss"}, (double[]){(double)step, loss}, 2),
-                           report);
+    loom_status s = log_metrics(r, (const char *[]){"step", "val_loss"}, (double[]){(double)step, loss}, 2);
+    return loom_comm_agree(r->world, s == LOOM_OK ? redraw(r, step) : s, report);
 }
 
 // A token of a sample: printed by rank 0; every rank stops at the end of a document.
@@ -281,7 +291,11 @@ static loom_status step_once(run *r, loom_step_result *s, bool *skipped) {
 static loom_status train_loop(run *r, bool *report) {
     const train_options *o = &r->o;
     loom_trainer *t = r->t;
-    double tokens_per_step = (double)t->cfg.global_batch * t->st.seq_len, t_start = loom_now();
+    double tokens_per_step = (double)t->cfg.global_batch * t->st.seq_len;
+    // model FLOPs of a step over the peak of all the run's devices (a GPU's dense bf16 unless given)
+    double peak = o->peak_tflops > 0 ? o->peak_tflops : t->be->stream ? CLI_GPU_PEAK_TFLOPS : 0;
+    double step_flops = loom_gpt2_flops_per_token(&t->model->cfg, t->st.seq_len) * tokens_per_step;
+    double all_peak = peak * 1e12 * loom_comm_size(r->world);
     int64_t first = t->st.step;
     *report = loom_comm_rank(r->world) == 0;
     while (t->st.step < o->steps) {
@@ -298,7 +312,9 @@ static loom_status train_loop(run *r, bool *report) {
             r->pipe.busy += ps->busy_seconds, r->pipe.total += ps->step_seconds;
             r->pipe.peak = ps->peak_in_flight > r->pipe.peak ? ps->peak_in_flight : r->pipe.peak;
         }
-        double eta_s = (loom_now() - t_start) / (double)(step + 1 - first) * (double)(o->steps - step - 1);
+        cli_eta_step(&r->eta, dt);
+        double eta_s = cli_eta_seconds(&r->eta, o->steps - t->st.step,
+                                       cli_eta_validations_left(t->st.step, o->steps, o->val_every, r->val != NULL));
         char eta[32];
         cli_human_duration(eta, sizeof eta, eta_s);
         loom_status io;
@@ -311,8 +327,9 @@ static loom_status train_loop(run *r, bool *report) {
             loom_info("step %5lld/%lld | loss %.4f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | eta %s\n",
                       (long long)t->st.step, (long long)o->steps, s.loss, (double)s.lr, s.norm, dt * 1e3,
                       tokens_per_step / dt, eta);
-            io = log_metrics(r, (const char *[]){"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s"},
-                             (double[]){(double)t->st.step, s.loss, s.lr, s.norm, dt, tokens_per_step / dt}, 6);
+            io = log_metrics(r, (const char *[]){"step", "loss", "lr", "grad_norm", "step_time_s", "tokens_per_s", "mfu"},
+                             (double[]){(double)t->st.step, s.loss, s.lr, s.norm, dt, tokens_per_step / dt,
+                                        step_flops / dt / all_peak}, peak > 0 ? 7 : 6);
         }
         if (io == LOOM_OK) io = loom_comm_launcher_check(); // orphaned by a killed mpirun: stop
         LOOM_TRY(loom_comm_agree(r->world, io, report));
@@ -321,6 +338,7 @@ static loom_status train_loop(run *r, bool *report) {
             LOOM_TRY(loom_trainer_save(t, o->ckpt_dir, report));
     }
     LOOM_TRY(validate(r, t->st.step, report));
+    if (!r->val) LOOM_TRY(loom_comm_agree(r->world, redraw(r, t->st.step), report));
     if (o->sample_every) LOOM_TRY(sample(r, t->st.step));
     if (r->skipped)
         loom_info("skipped %lld of %lld steps: loss or gradient norm not finite (--skip-nonfinite)\n",
@@ -351,7 +369,11 @@ int loom_cmd_train(int argc, char **argv) {
         s = train_loop(&r, &report);
     }
     if (s != LOOM_OK && report) loom_print_error();
-    if (r.metrics) fclose(r.metrics);
+    loom_status closed_metrics = cli_metrics_close(r.metrics), closed_tb = cli_tensorboard_close(r.tb);
+    if (s == LOOM_OK && (closed_metrics != LOOM_OK || closed_tb != LOOM_OK)) { // rank 0's files
+        loom_print_error();
+        s = LOOM_EIO;
+    }
     loom_tokenizer_free(r.tok);
     loom_loader_close(r.train);
     loom_loader_close(r.val);

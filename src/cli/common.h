@@ -23,6 +23,12 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 // Help texts of the --device and --precision flags.
 #define CLI_DEVICE_HELP "auto (a GPU when present, else cpu), cpu, cuda, cuda:N"
 #define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32 or bf16"
+#define CLI_VOCAB_HELP "folder with encoder.json and vocab.bpe (default: PREFIX/share/loom beside an installed loom, else the npm package)"
+// MFU's default hardware peak on a GPU: dense bf16 TFLOP/s of an H100/H200 SXM.
+#define CLI_GPU_PEAK_TFLOPS 989
+#define CLI_PEAK_HELP "hardware peak per device in TFLOP/s for MFU (0: 989, dense bf16, on a GPU; none on the cpu)"
+// "s" unless n is 1: "%d rank%s", n, cli_s(n)
+static inline const char *cli_s(long long n) { return n == 1 ? "" : "s"; }
 // Model from an llm.c model file, parameters loaded. Errors as loom_llmc_read.
 loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m);
 // Config from a named model with optional overrides (values <= 0 keep the named value).

@@ -19,12 +19,14 @@ static loom_status validate_mesh(train_options *o, int world_size) {
     int64_t model_ranks = (int64_t)r->tp * r->pp * r->cp;
     if (world_size % model_ranks != 0)
         return loom_fail(LOOM_EINVAL, "launch a multiple of tp x pp x cp ranks",
-                         "%d ranks do not fill a mesh of --tp %d x --pp %d x --cp %d", world_size, r->tp, r->pp,
+                         "%d rank%s do%s not fill a mesh of --tp %d x --pp %d x --cp %d", world_size,
+                         cli_s(world_size), world_size == 1 ? "es" : "", r->tp, r->pp,
                          r->cp);
     o->dp = (int)(world_size / model_ranks);
     if (o->dp % r->dp_replicate != 0)
         return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
-                         "--dp-replicate %d does not divide the %d data-parallel ranks", r->dp_replicate, o->dp);
+                         "--dp-replicate %d does not divide the %d data-parallel rank%s", r->dp_replicate, o->dp,
+                         cli_s(o->dp));
     if (r->dp_replicate > 1 && r->zero == 0)
         return loom_fail(LOOM_EINVAL, "add --zero 1, 2 or 3: hybrid sharding shards within each replica",
                          "--dp-replicate %d needs a ZeRO stage of 1 or more, got --zero 0", r->dp_replicate);
@@ -88,6 +90,11 @@ static loom_status validate(train_options *o, int world_size) {
     LOOM_TRY(train_offload_parse(o->offload, r));
     if (strcmp(r->device_comm, "nccl") != 0 && strcmp(r->device_comm, "mpi") != 0)
         return loom_fail(LOOM_EINVAL, "use --device-comm nccl or mpi", "unknown --device-comm '%s'", r->device_comm);
+    if (!(o->peak_tflops >= 0))
+        return loom_fail(LOOM_EINVAL, "e.g. --peak-tflops 989 (0: the default)", "--peak-tflops must be >= 0, got %g",
+                         (double)o->peak_tflops);
+    if (o->plot && !o->metrics)
+        return loom_fail(LOOM_EINVAL, "add --metrics FILE.jsonl: the plot is drawn from it", "--plot needs --metrics");
     if ((o->resume || o->ckpt_every) && !o->ckpt_dir)
         return loom_fail(LOOM_EINVAL, "give --ckpt-dir DIR", "--resume and --ckpt-every need --ckpt-dir");
     r->resume = o->resume ? o->ckpt_dir : NULL;
@@ -110,11 +117,11 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
     const loom_flag flags[] = {
         {"model", FLAG_STR, &o->model, "named config: gpt2-mini, gpt2, gpt2-medium, gpt2-large, gpt2-xl"},
         {"init", FLAG_STR, &r->init, "start from this llm.c model file instead of random weights"},
-        {"layers", FLAG_INT, &o->layers, "override the config's layers L", CLI_LAYERS_RANGE},
-        {"heads", FLAG_INT, &o->heads, "override the config's heads NH", CLI_HEADS_RANGE},
-        {"channels", FLAG_INT, &o->channels, "override the config's channels C", CLI_CHANNELS_RANGE},
-        {"max-seq", FLAG_INT, &o->max_seq, "override the config's maximum sequence length", CLI_SEQ_RANGE},
-        {"vocab", FLAG_INT, &o->vocab, "override the config's vocabulary size V (token ids must lie below it)", 0, 65536},
+        {"layers", FLAG_INT, &o->layers, "layers L (0: the config's value)", CLI_LAYERS_RANGE},
+        {"heads", FLAG_INT, &o->heads, "heads NH (0: the config's value)", CLI_HEADS_RANGE},
+        {"channels", FLAG_INT, &o->channels, "channels C (0: the config's value)", CLI_CHANNELS_RANGE},
+        {"max-seq", FLAG_INT, &o->max_seq, "maximum sequence length (0: the config's value)", CLI_SEQ_RANGE},
+        {"vocab", FLAG_INT, &o->vocab, "vocabulary size V, token ids below it (0: the config's value)", 0, 65536},
         {"train-data", FLAG_STR, &o->train_data, "training token shards (file or glob)"},
         {"val-data", FLAG_STR, &o->val_data, "validation token shards (file or glob)"},
         {"batch", FLAG_INT, &r->batch, "micro-batch size B (sequences)", CLI_BATCH_RANGE},
@@ -136,12 +143,15 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"val-every", FLAG_INT, &o->val_every, "validation every N steps (0: only at the end)", 0, INT_MAX},
         {"val-batches", FLAG_INT, &o->val_batches, "micro-batches per validation", 1, INT_MAX},
         {"sample-every", FLAG_INT, &o->sample_every, "print a sample every N steps (0: off)", 0, INT_MAX},
-        {"sample-tokens", FLAG_INT, &o->sample_tokens, "tokens per sample", CLI_TOKENS_RANGE},
+        {"sample-tokens", FLAG_INT, &o->sample_tokens, "tokens per sample at most (a sample stops at <|endoftext|>)", CLI_TOKENS_RANGE},
         {"ckpt-every", FLAG_INT, &o->ckpt_every, "checkpoint every N steps (0: only at the end)", 0, INT_MAX},
         {"ckpt-dir", FLAG_STR, &o->ckpt_dir, "checkpoint folder (created if missing)"},
         {"resume", FLAG_BOOL, &o->resume, "continue from the newest checkpoint in --ckpt-dir"},
         {"skip-nonfinite", FLAG_BOOL, &o->skip_nonfinite, "skip a step whose loss or gradient norm is NaN or infinite (no update) instead of stopping"},
-        {"metrics", FLAG_STR, &o->metrics, "append per-step metrics to this JSON Lines file"},
+        {"metrics", FLAG_STR, &o->metrics, "per-step metrics as JSON Lines, the run's configuration first (a fresh run replaces the file, --resume appends)"},
+        {"plot", FLAG_STR, &o->plot, "redraw the --metrics curves into this FILE.png or FILE.svg at each validation and at the end (gnuplot)"},
+        {"tensorboard", FLAG_STR, &o->tensorboard, "write TensorBoard event files of the metrics into this folder (created if missing)"},
+        {"peak-tflops", FLAG_FLOAT, &o->peak_tflops, CLI_PEAK_HELP, 0, FLT_MAX},
         {"device", FLAG_STR, &r->device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &r->precision, CLI_PRECISION_HELP},
         {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},

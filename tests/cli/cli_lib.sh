@@ -1,8 +1,9 @@
-# Shared by the CLI test scripts (cli_tests.sh, cli_harden.sh): sourced with CASE, LOOM and FIX
-# set; makes and enters a scratch folder (removed at exit) and defines the helpers below.
+# Shared by the CLI test scripts (cli_tests.sh, cli_harden.sh, first_hour_tests.sh): sourced with
+# CASE, LOOM and FIX set; makes and enters a scratch folder (removed at exit) and defines the
+# helpers below.
 WORK=$(mktemp -d /tmp/loom_cli_XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-cd "$WORK"
+cd "$WORK" || exit 1
 fail() { echo "FAIL [$CASE]: $*" >&2; exit 1; }
 
 # A tiny training run on the fixture shard (vocabulary 200), quick on any machine.

@@ -11,3 +11,10 @@ foreach(case nonfinite ranges not_regular ckpt_meta output_errors lock orphan me
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_harden.sh ${case} $<TARGET_FILE:loom>
                    ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
+# issue 14, the first hour of a user: install, help, wording, metrics, plots, TensorBoard, docs
+foreach(case version_help wording metrics_resume plot tensorboard install docs_commands)
+  add_test(NAME first_hour_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/first_hour_tests.sh ${case} $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()
+loom_test(cli_eta SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_eta.c)

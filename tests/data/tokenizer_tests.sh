@@ -36,7 +36,7 @@ random)
   for k in 1 2 3 4; do
     $REF random "$((SEED + k))" 25000 "$WORK/valid$k.txt" || fail "generate"
     same_ids "$WORK/valid$k.txt"
-    "$LOOM" encode "$WORK/valid$k.txt" | "$LOOM" decode >"$WORK/round.txt" || fail "decode"
+    "$LOOM" encode "$WORK/valid$k.txt" | "$LOOM" decode --no-newline >"$WORK/round.txt" || fail "decode"
     cmp -s "$WORK/valid$k.txt" "$WORK/round.txt" || fail "decode(encode(x)) != x for valid$k.txt"
   done
   for k in 1 2; do
