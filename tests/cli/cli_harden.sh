@@ -121,7 +121,7 @@ ckpt_meta)
   ;;
 
 output_errors)
-  expect_error "writing metrics file /dev/full failed: No space left on device" train --metrics /dev/full
+  expect_error "cannot write metrics file /dev/full: No space left on device" train --metrics /dev/full
   expect_error "cannot write in checkpoint folder /proc" train --ckpt-dir /proc
   ! grep -q "^step" out.txt || fail "trained before finding --ckpt-dir unwritable: $(grep ^step out.txt | head -2)"
   ;;

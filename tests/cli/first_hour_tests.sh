@@ -116,7 +116,7 @@ PY
   printf '%s\n' '{"step":1,"loss":5.1}' '{"step":2,"loss":' >broken.jsonl
   printf '%s\n' '{"step":0,"val_loss":5}' >nosteps.jsonl
   printf '%s\n' '{"step":1,"loss":5}' '{"steps":2}' >strange.jsonl
-  expect_error "cannot open missing.jsonl" "$LOOM" plot missing.jsonl --out x.png
+  expect_error "cannot open file missing.jsonl: No such file or directory" "$LOOM" plot missing.jsonl --out x.png
   expect_error "broken.jsonl:2: not valid JSON" "$LOOM" plot broken.jsonl --out x.png
   expect_error "strange.jsonl:2: not a metrics record" "$LOOM" plot strange.jsonl --out x.png
   expect_error "nosteps.jsonl holds no training steps" "$LOOM" plot nosteps.jsonl --out x.png
