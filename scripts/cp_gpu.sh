@@ -12,11 +12,13 @@
 #      16K, 32K the activation memory per rank (the plan) and the measured peak, on one rank and with
 #      ring cp 2 and cp 4 sharing the GPU; then the longest T (doubling from 32K, LONG_MAX: the last
 #      tried, 262144) that trains with --recompute full on one rank and with ring cp 2
+# CP_LONGEST_ONLY=1 runs only the longest-T search, from LONG_MIN (default 32768).
 # Prints a table last. Exit 1 when a check failed (a T that runs out of memory is a result, not a
 # failure).
 NAME=cp_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
 
+if [ -z "${CP_LONGEST_ONLY:-}" ]; then
 # 1. fp32 on the GPU against the CPU
 ARGS=(--model gpt2-mini --layers 4 --heads 4 --channels 32 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
       --seq 16 --lr 5e-4 --warmup 2 --batch 2 --global-batch 16 --steps 10)
@@ -25,8 +27,11 @@ fp32_vs_cpu "2 --cp 2" "4 --cp 4" "2 --cp 2 --cp-style ulysses" "4 --cp 2 --tp 2
 # 2. bf16 loss curves against the fp32 CPU run
 bf16_curves 8 "2 --cp 2" "2 --cp 2 --cp-style ulysses"
 
+fi
+
 # 3. long sequences
-for i in $(seq 1 50); do cp "$FIX/gpt2_eval_shard.bin" "$WORK/long_$(printf %02d "$i").bin"; done # ~300K tokens
+copies=$(( ${LONG_MAX:-262144} / 4000 + 2 )) # the fixture shard holds about 4,300 tokens
+for i in $(seq 1 "$copies"); do cp "$FIX/gpt2_eval_shard.bin" "$WORK/long_$(printf %03d "$i").bin"; done
 long() { # NAME NP T FLAGS...: 2 steps at T; a row with the memory plan and the measured peak per rank
     local name=$1 np=$2 T=$3
     shift 3
@@ -39,13 +44,14 @@ long() { # NAME NP T FLAGS...: 2 steps at T; a row with the memory plan and the 
     return 1
 }
 for T in 4096 8192 16384 32768; do
+    [ -n "${CP_LONGEST_ONLY:-}" ] && break
     long "gpt2 bf16 T=$T, 1 rank" 1 "$T"
     long "gpt2 bf16 T=$T, ring cp 2 (2 ranks)" 2 "$T" --cp 2
     long "gpt2 bf16 T=$T, ring cp 4 (4 ranks)" 4 "$T" --cp 4
 done
 for layout in "1" "2 --cp 2"; do
     read -r np flags <<<"$layout"
-    T=32768
+    T=${LONG_MIN:-32768}
     # shellcheck disable=SC2086
     while [ "$T" -le "${LONG_MAX:-262144}" ] && long "longest T: $np rank(s) $flags, recompute full, T=$T" "$np" "$T" \
         --recompute full $flags; do T=$((2 * T)); done
