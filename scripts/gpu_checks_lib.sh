@@ -10,7 +10,9 @@ WORK=$(mktemp -d "/tmp/loom_${NAME}_XXXXXX")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 declare -a ROWS
 failed=0
-row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); }
+# row NAME RESULT: a row of the final table, also printed at once (a run cut short by its time
+# limit still shows what it measured)
+row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); echo "row: ${ROWS[-1]}"; }
 losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 # worst RUN REF: the largest loss difference of metrics file RUN from REF's, and RUN's last loss
 worst() { paste <(losses "$1") <(losses "$2") |
