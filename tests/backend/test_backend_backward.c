@@ -161,7 +161,10 @@ static void test_crossentropy(t_shape s) {
     t_be->softmax_crossentropy(t_be, LOOM_VIEW(loss, F32, N), LOOM_VIEW(z, F32, N, Vp),
                                LOOM_VIEW(tgt, LOOM_I32, N), V, dloss, true);
     check("crossentropy losses", loss, rloss, (size_t)N, s);
-    check("crossentropy dlogits", z, rz, (size_t)N * Vp, s);
+    // softmax over V = 29C + 3 logits of std 3, its sum in fp32: about 1e-5 of the largest gradient
+    // where the sum is not vectorised as in the Release build (measured 1.41e-5 at -O2 under ASan)
+    double e = t_max_rel_err(z, rz, (size_t)N * Vp);
+    T_ASSERT(e < 3e-5, "crossentropy dlogits B=%d T=%d C=%d: rel err %.3g", s.B, s.T, s.C, e);
     free(z), free(loss), free(rz), free(rloss), free(tgt);
 }
 

@@ -16,6 +16,7 @@ source "$(dirname "$0")/train_lib.sh"
 ARGS=(--model gpt2-mini --layers 4 --heads 4 --channels 32 --max-seq 16 --train-data "$FIX/gpt2_eval_shard.bin"
       --seq 16 --lr 5e-4 --warmup 2 --threads 1 --val-data "$FIX/gpt2_eval_shard.bin" --val-batches 4 --val-every 5)
 
+QUICK="ring-cp4 ulysses-cp2-tp2 ring-cp2-pp2-tp2 ring-cp2-dp2-zero3"
 case $CASE in
 parity)
   train --batch 2 --global-batch 16 --steps 10 --ckpt-dir ref_16 --metrics ref_16.jsonl >/dev/null 2>&1 || fail "one-process run"
