@@ -111,21 +111,17 @@ if [ -z "${LOOM_SKIP_SANITIZERS:-}" ]; then
             --error-exitcode 99 "$BUILD/tests/test_$t" || failed=1
     done
 fi
-if [ "${1:-}" = "--tp" ]; then
+case "${1:-}" in # a parallel layout's checks with ranks sharing the GPU: scripts/<layout>_gpu.sh
+    --tp) layout="tensor parallel" ;;
+    --pp) layout="pipeline parallel" ;;
+    --fsdp) layout="ZeRO 3 / offload" ;;
+    --cp) layout="context parallel" ;;
+    *) layout="" ;;
+esac
+if [ -n "$layout" ]; then
     OUTDIR=${OUT:-/tmp}
-    step "tensor parallel on the GPU" sh -c "bash '$ROOT/scripts/tp_gpu.sh' > '$OUTDIR/tp_gpu.txt' 2>&1" || failed=1
-fi
-if [ "${1:-}" = "--pp" ]; then
-    OUTDIR=${OUT:-/tmp}
-    step "pipeline parallel on the GPU" sh -c "bash '$ROOT/scripts/pp_gpu.sh' > '$OUTDIR/pp_gpu.txt' 2>&1" || failed=1
-fi
-if [ "${1:-}" = "--fsdp" ]; then
-    OUTDIR=${OUT:-/tmp}
-    step "ZeRO 3 / offload on the GPU" sh -c "bash '$ROOT/scripts/fsdp_gpu.sh' > '$OUTDIR/fsdp_gpu.txt' 2>&1" || failed=1
-fi
-if [ "${1:-}" = "--cp" ]; then
-    OUTDIR=${OUT:-/tmp}
-    step "context parallel on the GPU" sh -c "bash '$ROOT/scripts/cp_gpu.sh' > '$OUTDIR/cp_gpu.txt' 2>&1" || failed=1
+    script=${1#--}_gpu
+    step "$layout on the GPU" sh -c "bash '$ROOT/scripts/$script.sh' > '$OUTDIR/$script.txt' 2>&1" || failed=1
 fi
 if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GPU
     OUTDIR=${OUT:-/tmp}
@@ -135,8 +131,8 @@ if [ "${1:-}" = "--bench" ]; then # loom beside the PyTorch peers on the same GP
         failed=1
 fi
 summary
-if [ "${1:-}" = "--tp" ] || [ "${1:-}" = "--pp" ] || [ "${1:-}" = "--fsdp" ] || [ "${1:-}" = "--cp" ]; then
-    echo; sed -n '/^| check/,$p' "$OUTDIR/${1#--}_gpu.txt"
+if [ -n "$layout" ]; then
+    echo; sed -n '/^| check/,$p' "$OUTDIR/$script.txt"
 fi
 if [ "${1:-}" = "--bench" ]; then
     echo; cat "$OUTDIR/bench_gpt2.md"

@@ -38,25 +38,35 @@ static loom_status plan_of(const loom_trainer *t, const loom_gpt2_config *cfg, c
     loom_status s = c->cp_style ? loom_cp_style_parse(c->cp_style, &style) : LOOM_OK;
     if (s == LOOM_OK && c->cp > 1) // its travelling keys and values (ring) or all-to-all buffers (Ulysses)
         acts += loom_cp_plan_bytes(style, c->cp, c->batch, t->st.seq_len, cfg->channels / c->tp, m->NH, be->dtype);
-    size_t es = loom_dtype_size(be->dtype), P = (size_t)m->num_elements * es, dp_bytes;
+    size_t es = loom_dtype_size(be->dtype), dp_bytes;
     int64_t state_n;
     bool replicas = loom_mesh_size(t->mesh, LOOM_GROUP_REPLICATE) > 1;
     if (s == LOOM_OK) s = loom_dp_plan(&m->table, W, replicas, be->dtype, c->zero, c->bucket_mb, &dp_bytes, &state_n);
     if (s == LOOM_OK) {
         bool master = be->dtype != LOOM_F32 || c->offload_optimizer;
-        size_t state = (size_t)state_n * sizeof(float) * (master ? 3 : 2);
-        *out = (loom_train_memory){.params_grads = 2 * P + dp_bytes, .activations = acts,
-                                   .optimizer = c->offload_optimizer ? 0 : state,
-                                   .offloaded = host_acts + (c->offload_optimizer ? state : 0)};
-        if (c->zero == 3) { // the shard (the state's layout) and the reserved units instead of the model's
-            size_t shard = (size_t)state_n * es;
-            out->params_grads = (c->offload_params ? 0 : shard) + dp_bytes +
-                                loom_fsdp_plan_units(&m->table, cfg->num_layers, W, be->dtype);
-            if (c->offload_params) out->offloaded += shard;
-        }
+        loom_train_parts parts = {.params = (size_t)m->num_elements * es,
+                                  .dp = dp_bytes,
+                                  .state = (size_t)state_n * sizeof(float) * (master ? 3 : 2),
+                                  .shard = c->zero == 3 ? (size_t)state_n * es : 0, // the state's layout
+                                  .units = c->zero == 3 ? loom_fsdp_plan_units(&m->table, cfg->num_layers, W, be->dtype) : 0,
+                                  .activations = acts,
+                                  .activations_host = host_acts};
+        *out = loom_train_memory_of(c, &parts);
     }
     loom_gpt2_free(m);
     return s;
+}
+
+loom_train_memory loom_train_memory_of(const loom_train_config *c, const loom_train_parts *p) {
+    loom_train_memory m = {.params_grads = 2 * p->params + p->dp, // the model's parameters and gradients
+                           .activations = p->activations,
+                           .optimizer = c->offload_optimizer ? 0 : p->state,
+                           .offloaded = p->activations_host + (c->offload_optimizer ? p->state : 0)};
+    if (c->zero == 3) { // the parameter shard and the unit buffers instead of the model's
+        m.params_grads = (c->offload_params ? 0 : p->shard) + p->units + p->dp;
+        if (c->offload_params) m.offloaded += p->shard;
+    }
+    return m;
 }
 
 loom_status loom_trainer_plan(const loom_trainer *t, loom_train_memory *plan) {

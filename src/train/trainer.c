@@ -279,15 +279,13 @@ void loom_trainer_free(loom_trainer *t) {
 void loom_trainer_memory(const loom_trainer *t, loom_train_memory *mem) {
     size_t es = loom_dtype_size(t->be->dtype), units = 0, peak = 0, acts_host = 0;
     size_t model = loom_gpt2_memory_bytes(t->model, &acts_host), pbytes = (size_t)t->model->num_elements * es;
-    size_t shard = t->fsdp ? (size_t)loom_fsdp_shard_elements(t->fsdp) * es : 0;
-    size_t state = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2);
-    *mem = (loom_train_memory){.params_grads = 2 * pbytes + loom_dp_memory_bytes(t->dp), // the model's, the grad shard's
-                               .activations = model - (t->fsdp ? 0 : 2 * pbytes) + (t->cp ? loom_cp_memory_bytes(t->cp) : 0),
-                               .optimizer = t->cfg.offload_optimizer ? 0 : state,
-                               .offloaded = acts_host + (t->cfg.offload_optimizer ? state : 0)};
-    if (t->fsdp) { // the parameter shard and the unit buffers instead of the model's
-        loom_fsdp_memory(t->fsdp, &units, &peak);
-        mem->params_grads = (t->cfg.offload_params ? 0 : shard) + peak + loom_dp_memory_bytes(t->dp);
-        if (t->cfg.offload_params) mem->offloaded += shard;
-    }
+    if (t->fsdp) loom_fsdp_memory(t->fsdp, &units, &peak);
+    loom_train_parts parts = {.params = pbytes,
+                              .dp = loom_dp_memory_bytes(t->dp),
+                              .state = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2),
+                              .shard = t->fsdp ? (size_t)loom_fsdp_shard_elements(t->fsdp) * es : 0,
+                              .units = peak,
+                              .activations = model - (t->fsdp ? 0 : 2 * pbytes) + (t->cp ? loom_cp_memory_bytes(t->cp) : 0),
+                              .activations_host = acts_host};
+    *mem = loom_train_memory_of(&t->cfg, &parts);
 }

@@ -21,3 +21,12 @@ bool loom_train_splits_backward(const loom_pp_schedule *s, int rank);
 // free. Errors: LOOM_ENOMEM with the plan, the free memory and the alternatives; those of the
 // plan's model layout.
 loom_status loom_train_check_memory(const loom_trainer *t, const loom_gpt2_config *cfg);
+// The sizes a run's memory is made of, bytes per rank: the model's parameters (one copy), data
+// parallelism's buffers, the AdamW state, ZeRO 3's shard and unit buffers, the activations (with
+// context parallelism's buffers) and the offloaded ones.
+typedef struct {
+    size_t params, dp, state, shard, units, activations, activations_host;
+} loom_train_parts;
+// The memory report of those parts under config c (what lives on the backend, what is offloaded):
+// the one formula of the plan (plan.c) and of the memory held (loom_trainer_memory).
+loom_train_memory loom_train_memory_of(const loom_train_config *c, const loom_train_parts *p);
