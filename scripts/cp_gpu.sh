@@ -11,8 +11,10 @@
 #      of `loom train` on the fixture shard repeated (a glob over copies of it): for T = 4K, 8K,
 #      16K, 32K the activation memory per rank (the plan) and the measured peak, on one rank and with
 #      ring cp 2 and cp 4 sharing the GPU; then the longest T (doubling from 32K, LONG_MAX: the last
-#      tried, 262144) that trains with --recompute full on one rank and with ring cp 2
-# CP_LONGEST_ONLY=1 runs only the longest-T search, from LONG_MIN (default 32768).
+#      tried, 262144) that trains one step with --recompute full on one rank and with ring cp 2
+#      (attention's work grows as T^2: a step at 512K takes minutes)
+# CP_LONGEST_ONLY=1 runs only the longest-T search, from LONG_MIN (default 32768); LONG_CP_ONLY=1
+# only its cp 2 half.
 # Prints a table last. Exit 1 when a check failed (a T that runs out of memory is a result, not a
 # failure).
 NAME=cp_gpu
@@ -35,7 +37,7 @@ for i in $(seq 1 "$copies"); do cp "$FIX/gpt2_eval_shard.bin" "$WORK/long_$(prin
 long() { # NAME NP T FLAGS...: 2 steps at T; a row with the memory plan and the measured peak per rank
     local name=$1 np=$2 T=$3
     shift 3
-    if timeout 280 mpirun -np "$np" "$LOOM" train --model gpt2 --max-seq "$T" --seq "$T" --batch 1 --steps 2 \
+    if timeout 280 mpirun -np "$np" "$LOOM" train --model gpt2 --max-seq "$T" --seq "$T" --batch 1 --steps "${STEPS:-2}" \
         --train-data "$WORK/long_*.bin" --device cuda --precision bf16 --device-comm mpi "$@" >"$WORK/long.log" 2>&1; then
         row "$name" "$(grep -o '[0-9.]* [MG]iB activations' "$WORK/long.log" | head -1) (plan); peak $(grep -o 'peak memory.*' "$WORK/long.log" | sed 's/peak memory //; s/ (allocations.*//')"
         return 0
@@ -49,11 +51,13 @@ for T in 4096 8192 16384 32768; do
     long "gpt2 bf16 T=$T, ring cp 2 (2 ranks)" 2 "$T" --cp 2
     long "gpt2 bf16 T=$T, ring cp 4 (4 ranks)" 4 "$T" --cp 4
 done
-for layout in "1" "2 --cp 2"; do
+layouts=("1" "2 --cp 2")
+[ -n "${LONG_CP_ONLY:-}" ] && layouts=("2 --cp 2")
+for layout in "${layouts[@]}"; do
     read -r np flags <<<"$layout"
     T=${LONG_MIN:-32768}
     # shellcheck disable=SC2086
-    while [ "$T" -le "${LONG_MAX:-262144}" ] && long "longest T: $np rank(s) $flags, recompute full, T=$T" "$np" "$T" \
+    while [ "$T" -le "${LONG_MAX:-262144}" ] && STEPS=1 long "longest T: $np rank(s) $flags, recompute full, T=$T" "$np" "$T" \
         --recompute full $flags; do T=$((2 * T)); done
 done
 finish

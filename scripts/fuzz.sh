@@ -9,7 +9,12 @@
 # prints one row per target and exits non-zero on any crash, leak, hang (> 10 s per input),
 # memory blow-up (> 2048 MB) or sanitizer report. Each run's logs and crash inputs are kept in
 # build-fuzz/runs/<time>/<target>/; tests/fuzz/README.md says how to minimise and keep one.
-#   LOOM_FUZZ_TARGETS="shard flags"   run only these targets
+#   LOOM_FUZZ_TARGETS="shard flags"   run only these targets; "tokenizer_bytes:8" runs 8 processes
+#                                    of that target on one shared corpus (libFuzzer's -jobs style;
+#                                    the row sums their executions)
+#   LOOM_FUZZ_BIN=DIR                 run the targets of a bundle (scripts/fuzz_bundle.sh: DIR/bin,
+#                                    DIR/lib, the vocabulary) on a machine without clang: no
+#                                    install, no build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -21,10 +26,26 @@ case "${1:-}" in
   *) SECS=$1 ;;
 esac
 ALL_TARGETS=(shard llmc_model ckpt_meta ckpt_state tokenizer_bytes tokenizer_jsonl flags)
-read -r -a TARGETS <<< "${LOOM_FUZZ_TARGETS:-${ALL_TARGETS[*]}}"
+read -r -a TARGET_SPECS <<< "${LOOM_FUZZ_TARGETS:-${ALL_TARGETS[*]}}"
+declare -A WORKERS
+TARGETS=()
+for spec in "${TARGET_SPECS[@]}"; do
+  t=${spec%%:*} w=1
+  [[ $spec == *:* ]] && w=${spec#*:}
+  [[ $w =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: '$spec': workers must be a positive integer (e.g. shard:4)" >&2; exit 2; }
+  TARGETS+=("$t")
+  WORKERS[$t]=$w
+done
 JOBS="${LOOM_FUZZ_JOBS:-$(nproc)}"
 BUILD=build-fuzz
 
+if [ -n "${LOOM_FUZZ_BIN:-}" ]; then
+  BIN="$(cd "$LOOM_FUZZ_BIN" && pwd)/bin"
+  export LD_LIBRARY_PATH="$BIN/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  mkdir -p $BUILD
+  build_s=0
+else
+BIN=$BUILD/tests/fuzz
 # ---- Debian packages: clang with its runtimes (libFuzzer, ASan, UBSan: libclang-rt-dev), its
 # OpenMP (libomp-dev), and loom's build dependencies (as scripts/setup.sh) ----
 PKGS=(clang libclang-rt-dev libomp-dev cmake make pkg-config libopenblas-openmp-dev libpcre2-dev
@@ -44,6 +65,7 @@ if [ ! -f $BUILD/CMakeCache.txt ]; then
 fi
 cmake --build $BUILD --target fuzz -j"$(nproc)" >$BUILD/fuzz-build.log 2>&1 || { tail -40 $BUILD/fuzz-build.log; exit 1; }
 build_s=$((SECONDS - start))
+fi
 
 RUNS="$BUILD/runs/$(date +%Y%m%d-%H%M%S)-$MODE"
 mkdir -p "$RUNS"
@@ -57,13 +79,19 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 # One target: fuzz (or replay) it, then write "executions seconds status artifact" to result.
 run_target() {
-  local t=$1 dir="$RUNS/$1" bin="$BUILD/tests/fuzz/fuzz_$1" rc=0 t0=$SECONDS
+  local t=$1 dir="$RUNS/$1" bin="$BIN/fuzz_$1" rc=0 t0=$SECONDS
   mkdir -p "$dir"
   if [ $MODE = fuzz ]; then
     mkdir -p "$dir/corpus"
     cp tests/fuzz/corpus/"$t"/* "$dir/corpus/" 2>/dev/null || true
-    timeout $((SECS + 120)) "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" >"$dir/log" 2>&1 || rc=$?
+    local w pids=()
+    for w in $(seq 1 "${WORKERS[$t]}"); do
+      timeout $((SECS + 120)) "$bin" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" >"$dir/log.$w" 2>&1 &
+      pids+=($!)
+    done
+    for w in "${pids[@]}"; do wait "$w" || rc=$?; done
+    cat "$dir"/log.* >"$dir/log"
   else
     local inputs=()
     for f in tests/fuzz/regressions/"$t"/* tests/fuzz/corpus/"$t"/*; do [ -f "$f" ] && inputs+=("$f"); done
@@ -76,7 +104,7 @@ run_target() {
   fi
   local execs artifact status=ok
   if [ $MODE = fuzz ]; then
-    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log" | tail -1)
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log" | awk '{n += $1} END {print n + 0}')
   else
     execs=$(grep -c '^Executed ' "$dir/log" || true)
   fi
@@ -86,7 +114,7 @@ run_target() {
 }
 
 for t in "${TARGETS[@]}"; do
-  [ -x "$BUILD/tests/fuzz/fuzz_$t" ] || { echo "fuzz: no target '$t' (targets: ${ALL_TARGETS[*]})" >&2; exit 2; }
+  [ -x "$BIN/fuzz_$t" ] || { echo "fuzz: no target '$t' (targets: ${ALL_TARGETS[*]})" >&2; exit 2; }
 done
 running=0
 for t in "${TARGETS[@]}"; do
@@ -104,6 +132,7 @@ done
 
 if [ $MODE = fuzz ]; then
   echo "fuzz: ${SECS} s per target, $JOBS at a time, seeds from tests/fuzz/corpus (runs in $RUNS)"
+  for t in "${TARGETS[@]}"; do [ "${WORKERS[$t]}" -gt 1 ] && echo "fuzz: $t: ${WORKERS[$t]} processes on one corpus"; done
 else
   echo "fuzz --regress: tests/fuzz/regressions/<target>/* and the seeds, each input once (runs in $RUNS)"
 fi
