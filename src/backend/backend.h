@@ -102,6 +102,16 @@ struct loom_backend {
     // block and the optimizer); nestable; NULL where there is no profiler.
     void (*range_push)(loom_backend *be, const char *name);
     void (*range_pop)(loom_backend *be);
+    // CUDA graphs: graph_begin records the ops issued until graph_end instead of running them
+    // (stream capture); graph_end returns the recorded graph, instantiated; graph_launch runs it
+    // again, reading and writing the same buffers, and returns false (running nothing) when the
+    // backend's per-op scratch buffer has moved since the recording (record again); graph_free
+    // releases it. Between begin and end no upload, download, alloc, free or synchronize may be
+    // called. NULL where the backend has no graphs (the CPU).
+    void (*graph_begin)(loom_backend *be);
+    void *(*graph_end)(loom_backend *be);
+    bool (*graph_launch)(loom_backend *be, void *graph);
+    void (*graph_free)(loom_backend *be, void *graph);
 
     // ---- ops ----
     // Token + position embedding over one range of the vocabulary (Megatron-LM's

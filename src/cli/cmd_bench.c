@@ -123,6 +123,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"warmup", FLAG_INT, &warmup, "untimed steps first", 0, 1000000},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, CLI_PEAK_HELP, 0, FLT_MAX},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
+        {"cuda-graphs", FLAG_BOOL, &c.cuda_graphs, "replay each micro-batch as one recorded CUDA graph (one rank)"},
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},

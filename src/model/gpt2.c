@@ -192,6 +192,7 @@ void loom_gpt2_free(loom_gpt2 *m) {
     m->be->free(m->be, m->acts_mem);
     m->be->free(m->be, m->grad_acts_mem);
     gpt2_offload_free(m);
+    gpt2_graph_free(m);
     loom_param_table_free(&m->table);
     free(m->p);
     free(m->g);
@@ -347,6 +348,7 @@ double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int
     LOOM_CHECK(m->training);
     double loss = 0;
     loom_gpt2_set_batch(m, 0, inputs, targets, B, T);
+    if (m->cuda_graphs) return gpt2_graph_forward_backward(m, grad_scale);
     loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, &loss);
     loom_gpt2_stage_backward(m, 0, 0, (loom_tensor){0}, LOOM_GRAD_ALL);
     return loss;

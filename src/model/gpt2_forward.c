@@ -250,7 +250,8 @@ static void crossentropy(loom_gpt2 *m, loom_tensor losses, loom_tensor logits, l
 }
 
 // Output layer and loss over row chunks; with backward, also dlnf on all rows (into v->dbtc,
-// then reduced into a->dlnf) and dwte +=. Returns the mean loss over the N tokens.
+// then reduced into a->dlnf) and dwte +=. Returns the mean loss over the N tokens (0 while
+// recording a graph: the losses stay on the device).
 static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) {
     loom_backend *be = m->be;
     const loom_gpt2_acts *a = &v->a;
@@ -269,12 +270,16 @@ static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward
                                 m->p[m->wte]);
     }
     if (backward) tp_reduce(m, a->dlnf, v->dbtc);
-    float *losses = loom_xmalloc((size_t)N * sizeof(float));
-    be->download(be, losses, a->losses.data, (size_t)N * sizeof(float));
+    return m->recording ? 0.0 : gpt2_mean_loss(m, v);
+}
+
+double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v) {
+    float *losses = loom_xmalloc((size_t)v->N * sizeof(float));
+    m->be->download(m->be, losses, v->a.losses.data, (size_t)v->N * sizeof(float));
     double sum = 0;
-    for (int64_t i = 0; i < N; i++) sum += losses[i];
+    for (int64_t i = 0; i < v->N; i++) sum += losses[i];
     free(losses);
-    return sum / (double)N;
+    return sum / (double)v->N;
 }
 
 loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, int chunk, loom_tensor input, bool backward,
@@ -332,14 +337,18 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
     }
     loom_tensor din = v.dres;
     if (v.embed) {
-        loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
-        tp_gather(m, v.dfull, v.dres);
-        embed_backward(m, &v, v.dfull);
-        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, -1);
+        if (!m->recording) gpt2_embedding_backward(m, &v);
         din = no_tensor();
     }
     range_pop(m);
     return din;
+}
+
+void gpt2_embedding_backward(loom_gpt2 *m, const gpt2_views *v) {
+    loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
+    tp_gather(m, v->dfull, v->dres);
+    embed_backward(m, v, v->dfull);
+    loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, -1);
 }
 
 void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits) {

@@ -30,6 +30,20 @@ loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k);
 // This rank's rows (Nl) of an all-rows tensor (N,...).
 loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full);
 
+// The mean loss over the views' N tokens, read back from the slot's losses (after the head).
+double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v);
+// The embedding's part of the backward on the embedding's chunk: d(loss)/d(wte, wpe) += from
+// the residual stream's gradient v->dres, with its hooks (block -1).
+void gpt2_embedding_backward(loom_gpt2 *m, const gpt2_views *v);
+
+// ---- CUDA graphs (gpt2_graph.c; gpt2.h's cuda_graphs) ----
+typedef struct gpt2_graph gpt2_graph;
+// loom_gpt2_forward_backward of the micro-batch set in slot 0: the first time (and after the
+// shape or grad_scale changes) launched op by op, which sizes every buffer the ops use; then
+// recorded once and replayed. Returns the mean loss.
+double gpt2_graph_forward_backward(loom_gpt2 *m, float grad_scale);
+void gpt2_graph_free(loom_gpt2 *m);
+
 // ---- activation offloading (gpt2_offload.c; gpt2.h's offload_activations) ----
 typedef struct gpt2_offload gpt2_offload;
 // Blocks per slot whose saved activations stay on the backend (the leading dim of the slot's

@@ -122,6 +122,7 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     loom_gpt2 *m = t->model;
     m->recompute = c->recompute;
     m->offload_activations = c->offload_activations;
+    m->cuda_graphs = c->cuda_graphs;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
     m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);
     if (c->cp > 1) { // before the activations, which then hold T / cp rows per sequence
@@ -219,6 +220,25 @@ static void set_layout(loom_trainer *t) {
     t->st.v_shape = t->schedule && t->schedule->v_shape;
 }
 
+// --cuda-graphs records one rank's whole micro-batch: no collective, host copy or side-stream
+// copy may sit inside it.
+static loom_status check_cuda_graphs(const loom_trainer *t) {
+    const loom_train_config *c = &t->cfg;
+    int W = loom_comm_size(t->world);
+    if (!c->cuda_graphs) return LOOM_OK;
+    if (W > 1)
+        return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or run one rank",
+                         "--cuda-graphs records one rank's micro-batch, without collectives; this run has %d ranks", W);
+    if (c->zero == 3 || c->offload_activations)
+        return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or --zero 3 and --offload activations",
+                         "--cuda-graphs: %s copies between host and device inside the micro-batch",
+                         c->zero == 3 ? "--zero 3" : "--offload activations");
+    if (!t->be->graph_begin)
+        return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or train on --device cuda",
+                         "--cuda-graphs needs a GPU: the %s backend has no graphs", t->be->name);
+    return LOOM_OK;
+}
+
 static loom_status build(loom_trainer *t, bool *report) {
     const loom_train_config *c = &t->cfg;
     AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp, c->dp_replicate > 1 ? c->dp_replicate : 1));
@@ -230,6 +250,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     int threads = c->threads ? c->threads : omp_get_num_procs() / loom_comm_local_size(t->world);
     omp_set_num_threads(threads > 0 ? threads : 1);
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
+    AGREE(check_cuda_graphs(t));
     if (t->be->stream) AGREE(loom_mesh_attach_device(t->mesh, t->be->stream, c->device_comm));
     loom_gpt2_config cfg;
     float *file = NULL;

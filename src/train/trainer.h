@@ -51,6 +51,7 @@ typedef struct {
     bool offload_optimizer;  // AdamW state in host memory, stepped on the host's cores (ZeRO-Offload)
     bool offload_params;     // ZeRO 3's parameter shard in host memory (with offload_optimizer)
     bool offload_activations; // the blocks' saved activations in host memory (model/gpt2.h)
+    bool cuda_graphs;        // each micro-batch's forward and backward replayed as one CUDA graph (model/gpt2.h)
     loom_adamw_config adamw;
     loom_lr_schedule lr;
     uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding

@@ -82,6 +82,8 @@ bad_input)
   expect_error "--global-batch 3" train --global-batch 3
   expect_error "unknown command 'trian'" "$LOOM" trian
   expect_error "unknown model 'gpt5'" "$LOOM" train --model gpt5 --train-data good.bin
+  expect_error "--cuda-graphs needs a GPU: the cpu backend" train --cuda-graphs --device cpu
+  expect_error "--cuda-graphs: --offload activations copies" train --cuda-graphs --offload activations
   # a failing run must not touch an existing checkpoint folder
   train --ckpt-dir keep --steps 2 >/dev/null || fail "setup run"
   before=$(cd keep && md5sum ./*)

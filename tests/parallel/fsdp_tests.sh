@@ -83,6 +83,9 @@ errors)
     --pp-schedule zb-h1 --offload activations --batch 1 --global-batch 2 --steps 1
   expect_mpi_error 1 "offloaded optimizer rounds the parameters to nearest" train "${ARGS[@]}" --offload optimizer \
     --stochastic-rounding --batch 1 --steps 1
+  expect_mpi_error 2 "--cuda-graphs records one rank's micro-batch, without collectives; this run has 2 ranks" \
+    train "${ARGS[@]}" --cuda-graphs --batch 1 --steps 1
+  expect_mpi_error 1 "--cuda-graphs: --zero 3 copies" train "${ARGS[@]}" --cuda-graphs --zero 3 --batch 1 --steps 1
   # the memory plan refuses a run that does not fit before allocating anything: gpt2-xl at B=64 on
   # the CPU (about 330 GiB), and a run planned for a small device that twice the ranks would fit
   t0=$SECONDS

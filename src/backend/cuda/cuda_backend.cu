@@ -101,6 +101,7 @@ void *cuda_scratch(loom_cuda *cu, size_t bytes) {
         CUDA_CHECK(cudaMalloc(&cu->scratch, n));
         cuda_account(cu, (long long)n - (long long)cu->scratch_bytes);
         cu->scratch_bytes = n;
+        cu->scratch_moves++;
     }
     return cu->scratch;
 }
@@ -214,6 +215,10 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .memory_info = cuda_memory_info,
         .range_push = cuda_range_push,
         .range_pop = cuda_range_pop,
+        .graph_begin = cuda_graph_begin,
+        .graph_end = cuda_graph_end,
+        .graph_launch = cuda_graph_launch,
+        .graph_free = cuda_graph_free,
         .encoder_forward = cuda_encoder_forward,
         .encoder_backward = cuda_encoder_backward,
         .layernorm_forward = cuda_layernorm_forward,

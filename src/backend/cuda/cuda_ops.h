@@ -48,6 +48,7 @@ typedef struct {
     size_t workspace_bytes;
     void *scratch;            // per-op temporaries, reused in stream order (cuda_scratch)
     size_t scratch_bytes;
+    uint64_t scratch_moves;   // times scratch was reallocated (a recorded graph holds its address)
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
@@ -67,6 +68,13 @@ void cuda_host_free(loom_backend *be, void *p);
 uint64_t cuda_copy_async(loom_backend *be, void *dst, const void *src, size_t bytes, bool to_host);
 void cuda_copy_wait(loom_backend *be, uint64_t ticket);
 void cuda_host_copy_destroy(loom_cuda *cu);
+
+// CUDA graphs of the stream's ops (graph.cu): the backend table's graph_begin, graph_end,
+// graph_launch and graph_free.
+void cuda_graph_begin(loom_backend *be);
+void *cuda_graph_end(loom_backend *be);
+bool cuda_graph_launch(loom_backend *be, void *graph);
+void cuda_graph_free(loom_backend *be, void *graph);
 
 // Counts `bytes` more (or fewer, when negative) device memory in use.
 static inline void cuda_account(loom_cuda *cu, long long bytes) {

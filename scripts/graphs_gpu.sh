@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# CUDA graphs (`--cuda-graphs`) on one GPU, after scripts/device_gpu.sh has built build-gpu
+# (`bash scripts/device_gpu.sh --graphs` builds, then runs this):
+#   1. the same mathematics: `loom train` of gpt2-mini (fixture shard, B=4 T=64, global batch 8:
+#      2 micro-batches a step, validation every 10 steps), 20 steps in fp32, in bf16 and in bf16
+#      with --recompute full, each with and without --cuda-graphs: every loss and the final model
+#      file must be bit-identical
+#   2. speed: `loom bench --model gpt2 --seq 1024 --precision bf16` at B = 1, 2, 4, 16 with and
+#      without --cuda-graphs (median of 20 steps after 3): step ms, tokens/s, the ratio
+# Prints a table last; exit 1 when a check failed.
+NAME=graphs_gpu
+source "$(dirname "$0")/gpu_checks_lib.sh"
+
+ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 20
+      --lr 1e-3 --warmup 5 --val-every 10 --val-batches 2 --device cuda)
+for variant in "fp32" "bf16" "bf16 --recompute full"; do
+    read -r precision flags <<<"$variant"
+    name=$(echo "$variant" | tr -d ' -')
+    for graphs in "" "--cuda-graphs"; do
+        # shellcheck disable=SC2086
+        "$LOOM" train "${ARGS[@]}" --precision "$precision" $flags $graphs --metrics "$WORK/$name$graphs.jsonl" \
+            --ckpt-dir "$WORK/$name$graphs" >"$WORK/$name$graphs.log" 2>&1 ||
+            { failed=1; row "$variant $graphs" "FAIL: $(grep -m1 -i 'error' "$WORK/$name$graphs.log")"; continue 2; }
+    done
+    n=$(losses "$WORK/$name.jsonl" | wc -l)
+    if diff <(losses "$WORK/$name.jsonl") <(losses "$WORK/$name--cuda-graphs.jsonl") >/dev/null &&
+        cmp -s "$WORK/$name/model_00000020.bin" "$WORK/$name--cuda-graphs/model_00000020.bin" && [ "$n" -eq 20 ]; then
+        row "--cuda-graphs vs launches, $variant" "bit-identical: $n losses, the model after 20 steps"
+    else
+        failed=1
+        row "--cuda-graphs vs launches, $variant" "FAIL: differ ($(paste <(losses "$WORK/$name.jsonl") \
+            <(losses "$WORK/$name--cuda-graphs.jsonl") | awk '$1 != $2 {print NR": "$1" vs "$2; exit}'))"
+    fi
+done
+
+for B in 1 2 4 16; do
+    for graphs in "" "--cuda-graphs"; do
+        # shellcheck disable=SC2086
+        "$LOOM" bench --model gpt2 --batch "$B" --seq 1024 --steps 20 --warmup 3 --device cuda --precision bf16 \
+            $graphs >"$WORK/bench$B$graphs.log" 2>&1 || { failed=1; row "bench gpt2 B=$B $graphs" "FAIL"; }
+    done
+    # the table's row: | step ms | fwd | bwd | opt | tokens/s | ...
+    read -r ms tps < <(awk -F'|' '/^\| *[0-9]/ {print $2, $6; exit}' "$WORK/bench$B.log")
+    read -r gms gtps < <(awk -F'|' '/^\| *[0-9]/ {print $2, $6; exit}' "$WORK/bench$B--cuda-graphs.log")
+    row "gpt2 bf16 B=$B T=1024: launches / --cuda-graphs" \
+        "$ms / $gms ms, $tps / $gtps tokens/s, $(awk -v a="$tps" -v b="$gtps" 'BEGIN {printf "%.3fx", b / a}')"
+done
+finish
