@@ -9,11 +9,12 @@
 # --tp tensor parallelism's CUDA path with ranks sharing the GPU (scripts/tp_gpu.sh), with --pp
 # pipeline parallelism's (scripts/pp_gpu.sh), with --fsdp ZeRO 3's and the offloaded optimizer's
 # (scripts/fsdp_gpu.sh), with --cp context parallelism's (scripts/cp_gpu.sh), with --graphs
-# --cuda-graphs against launching op by op (scripts/graphs_gpu.sh), and print a summary table last
-# (with --bench or a layout's flag, their tables after it).
+# --cuda-graphs against launching op by op (scripts/graphs_gpu.sh), with --multi (on a machine with
+# 2 or more GPUs) every layout over NCCL and the scaling beside PyTorch (scripts/multi_gpu.sh),
+# and print a summary table last (with --bench or a layout's flag, their tables after it).
 # LOOM_SKIP_SANITIZERS=1 leaves out the compute-sanitizer steps.
 #   scripts/fetch_device_deps.sh            (here, first: the Debian packages the GPU image lacks)
-#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --fsdp | --cp | --graphs | --build-only]
+#   device run, carry [".deps"]: bash scripts/device_gpu.sh [--bench | --tp | --pp | --fsdp | --cp | --graphs | --multi | --build-only]
 # Exit status: 0 when every step passed, 1 when one failed, 2 when the machine lacks something
 # the build needs (the script says what).
 set -u
@@ -118,6 +119,7 @@ case "${1:-}" in # a parallel layout's checks with ranks sharing the GPU: script
     --fsdp) layout="ZeRO 3 / offload" ;;
     --cp) layout="context parallel" ;;
     --graphs) layout="CUDA graphs" ;;
+    --multi) layout="several GPUs over NCCL" ;;
     *) layout="" ;;
 esac
 if [ -n "$layout" ]; then

@@ -1,5 +1,6 @@
-# Shared by scripts/tp_gpu.sh, scripts/pp_gpu.sh, scripts/fsdp_gpu.sh and scripts/cp_gpu.sh (sourced, with NAME set): build-gpu's loom,
+# Shared by scripts/tp_gpu.sh, pp_gpu.sh, fsdp_gpu.sh, cp_gpu.sh, graphs_gpu.sh and multi_gpu.sh (sourced, with NAME set): build-gpu's loom,
 # the fixtures, a scratch folder, mpirun with ranks sharing the GPU, and the table of checks.
+# DEVICE_COMM=nccl (scripts/multi_gpu.sh): the layouts' collectives over NCCL, one GPU per rank.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -30,7 +31,7 @@ fp32_vs_cpu() {
         name=$(echo "$np$flags" | tr -d ' -')
         # shellcheck disable=SC2086
         if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision fp32 \
-            --device-comm mpi --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+            --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
             result=$(paste <(losses "$WORK/$name.jsonl") <(losses "$WORK/cpu.jsonl") |
                 awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
                      END { printf "%d steps, max rel loss err %.3g", n, w }')
@@ -63,7 +64,7 @@ bf16_curves() {
         name=bf16_$(echo "$np$flags" | tr -d ' -')
         # shellcheck disable=SC2086
         if timeout 300 mpirun -np "$np" "$LOOM" train "${args[@]}" $flags --device cuda --precision bf16 \
-            --device-comm mpi --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+            --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
             row "bf16 cuda, $np ranks $flags, 50 steps" "$(worst "$WORK/$name.jsonl" "$WORK/bf16_ref.jsonl")"
         else
             failed=1
