@@ -104,11 +104,11 @@ typedef struct {
     // Set before loom_gpt2_forward_backward (a backend with graphs, no hooks that communicate or
     // copy to the host): each micro-batch's forward and backward is recorded once as a CUDA graph
     // (backend graph ops; model/gpt2_graph.c) and replayed: every kernel of the passes launched
-    // as one unit. The embedding's backward (which groups the tokens on the host) and the loss's
-    // read-back run after the replay. The results are bit-identical to the launches one by one.
+    // as one unit, the loss read back after. The results are bit-identical to launching them one
+    // by one.
     bool cuda_graphs;
     struct gpt2_graph *graph; // the recording and the shape it was made for (NULL: none)
-    bool recording;          // between graph_begin and graph_end: the passes leave those two out
+    bool recording;          // between graph_begin and graph_end: the head leaves the loss on the device
     bool training;           // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
     int *slot_B, *slot_T;    // (slots) the micro-batch each slot holds

@@ -337,18 +337,14 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
     }
     loom_tensor din = v.dres;
     if (v.embed) {
-        if (!m->recording) gpt2_embedding_backward(m, &v);
+        loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
+        tp_gather(m, v.dfull, v.dres);
+        embed_backward(m, &v, v.dfull);
+        loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, -1);
         din = no_tensor();
     }
     range_pop(m);
     return din;
-}
-
-void gpt2_embedding_backward(loom_gpt2 *m, const gpt2_views *v) {
-    loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, -1);
-    tp_gather(m, v->dfull, v->dres);
-    embed_backward(m, v, v->dfull);
-    loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, -1);
 }
 
 void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits) {

@@ -1,8 +1,7 @@
 // A micro-batch's forward and backward as one CUDA graph (gpt2.h's cuda_graphs): the passes'
 // kernels are recorded once through the backend's graph ops and then replayed with one launch
-// (as torch.cuda.graph does for a fixed-shape step in PyTorch). What reads the
-// host in the middle of the passes stays outside: the embedding's backward (the tokens are
-// grouped on the host) runs after the replay, then the loss is read back.
+// (as torch.cuda.graph does for a fixed-shape step in PyTorch). The loss is read back after the
+// replay.
 //
 // A recording is valid for one micro-batch shape (B, T) and gradient scale, with the buffers the
 // ops wrote when it was made: the model's (fixed once allocated) and the backend's per-op scratch
@@ -24,7 +23,7 @@ void gpt2_graph_free(loom_gpt2 *m) {
 }
 
 // The passes as loom_gpt2_forward_backward makes them; while recording, without the loss's
-// read-back and the embedding's backward.
+// read-back.
 static double passes(loom_gpt2 *m, float grad_scale) {
     double loss = 0;
     loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, &loss);
@@ -58,6 +57,5 @@ double gpt2_graph_forward_backward(loom_gpt2 *m, float grad_scale) {
         LOOM_CHECK(be->graph_launch(be, g->graph));
     }
     gpt2_views v = gpt2_views_of(m, 0, 0);
-    gpt2_embedding_backward(m, &v);
     return gpt2_mean_loss(m, &v);
 }

@@ -32,9 +32,6 @@ loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full)
 
 // The mean loss over the views' N tokens, read back from the slot's losses (after the head).
 double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v);
-// The embedding's part of the backward on the embedding's chunk: d(loss)/d(wte, wpe) += from
-// the residual stream's gradient v->dres, with its hooks (block -1).
-void gpt2_embedding_backward(loom_gpt2 *m, const gpt2_views *v);
 
 // ---- CUDA graphs (gpt2_graph.c; gpt2.h's cuda_graphs) ----
 typedef struct gpt2_graph gpt2_graph;

@@ -3,18 +3,17 @@
 //   forward:  out[b,t,:] = wte[tok - vocab_start,:] + wpe[t,:] for a token of this shard, else 0
 //   backward: dwte[v,:] += sum of dout[b,t,:] over (b,t) with tokens[b,t] = vocab_start + v;
 //             dwpe[t,:] += sum_b dout[b,t,:] (over every token)
-// The dwte scatter is deterministic without atomics, as llm.c does it: the tokens come to the
-// host, a counting sort groups the positions of this shard's tokens by token (positions in
-// order within a group), and one block per distinct token sums its group's rows in that order.
-// This costs one wait for the stream per call (the token download). dwpe sums over b in order
-// per (t, c).
-// A negative token (which the data loader rules out) yields NaN rows in the forward and aborts
-// the backward, rather than reading out of bounds; a token past this shard's range is another
-// shard's.
+// The dwte scatter is deterministic without atomics, as llm.c's is, but grouped on the device
+// (so the op never waits for the stream, and a CUDA graph can hold it): a stable radix sort of
+// (shard row, position) pairs (CUB) puts each token's positions together in increasing order, a
+// run-length encoding and a scan give each distinct token its group, and one block per group
+// sums the group's rows in that order. dwpe sums over b in order per (t, c).
+// A negative token (which the data loader rules out) yields NaN rows in the forward; it and a
+// token past this shard's range (another shard's) add nothing to dwte.
 #include "backend/cuda/cuda_ops.h"
 
+#include <cub/cub.cuh>
 #include <math.h>
-#include <string.h>
 
 #define ENC_THREADS 256
 
@@ -31,11 +30,25 @@ __global__ void encoder_forward_kernel(void *out, const int32_t *tokens, const v
     }
 }
 
-// block u: dwte[uniq[u], :] += sum over k in [offsets[u], offsets[u+1]) of dout[pos[k], :]
-__global__ void encoder_backward_wte_kernel(void *dwte, const void *dout, const int32_t *pos,
-                                            const int32_t *offsets, const int32_t *uniq, int C,
-                                            bool bf) {
-    int u = blockIdx.x, k0 = offsets[u], k1 = offsets[u + 1];
+// keys[i] = the shard row of tokens[i], or Vl (sorted last, added nowhere) for another shard's
+// token or a negative one; vals[i] = i
+__global__ void encoder_keys_kernel(uint32_t *keys, int32_t *vals, const int32_t *tokens, int n, int vocab_start,
+                                    int Vl) {
+    GRID_STRIDE(i, n) {
+        int v = cuda_shard_index(tokens[i], vocab_start, Vl);
+        keys[i] = (uint32_t)(v >= 0 ? v : Vl);
+        vals[i] = (int32_t)i;
+    }
+}
+
+// block u < *nruns: dwte[uniq[u], :] += sum over k in [offsets[u], offsets[u] + counts[u]) of
+// dout[pos[k], :], in order of k (uniq[u] = Vl: not this shard's)
+__global__ void encoder_backward_wte_kernel(void *dwte, const void *dout, const int32_t *pos, const int32_t *offsets,
+                                            const int32_t *counts, const uint32_t *uniq, const int32_t *nruns, int Vl,
+                                            int C, bool bf) {
+    int u = blockIdx.x;
+    if (u >= *nruns || uniq[u] == (uint32_t)Vl) return;
+    int k0 = offsets[u], k1 = k0 + counts[u];
     int64_t row = (int64_t)uniq[u] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float s = 0.0f;
@@ -68,35 +81,32 @@ extern "C" void cuda_encoder_forward(loom_backend *be, loom_tensor out, loom_ten
     CUDA_LAUNCH_CHECK();
 }
 
-// Groups the positions [0, n) of this shard's tokens by token (counting sort, stable): pos (np)
-// those positions ordered by token, uniq (nu) the distinct tokens' rows in the shard in
-// increasing order, offsets (nu+1) where each group starts in pos (offsets[nu] = np). idx
-// (room for 3n+1) is laid out as [pos (np) | offsets (nu+1) | uniq (nu)]; returns nu, sets *np.
-static int group_by_token(int32_t *idx, int *np, const int32_t *tok, int n, int vocab_start, int Vl) {
-    int32_t *count = (int32_t *)loom_xcalloc((size_t)Vl + 1, sizeof(int32_t));
-    for (int i = 0; i < n; i++) {
-        LOOM_CHECK(tok[i] >= 0);
-        int v = cuda_shard_index(tok[i], vocab_start, Vl);
-        if (v >= 0) count[v + 1]++;
-    }
-    int nu = 0;
-    for (int v = 0; v < Vl; v++) nu += count[v + 1] > 0;
-    for (int v = 0; v < Vl; v++) count[v + 1] += count[v]; // count[v]: where row v's group starts
-    int total = count[Vl];
-    int32_t *offsets = idx + total, *uniq = offsets + nu + 1;
-    for (int v = 0, u = 0; v < Vl; v++)
-        if (count[v + 1] > count[v]) {
-            offsets[u] = count[v];
-            uniq[u++] = v;
-        }
-    offsets[nu] = total;
-    for (int i = 0; i < n; i++) {
-        int v = cuda_shard_index(tok[i], vocab_start, Vl);
-        if (v >= 0) idx[count[v]++] = i;
-    }
-    free(count);
-    *np = total;
-    return nu;
+// The n-element arrays of the grouping and CUB's temporary storage, carved out of the scratch
+// buffer at 256-byte boundaries.
+typedef struct {
+    uint32_t *keys, *sorted_keys, *uniq; // shard rows (Vl: none)
+    int32_t *vals, *pos, *counts, *offsets, *nruns;
+    void *temp;
+    size_t temp_bytes;
+} enc_groups;
+
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+static enc_groups enc_groups_of(loom_cuda *cu, int n, int end_bit) {
+    enc_groups g = {};
+    size_t sort_b = 0, rle_b = 0, scan_b = 0, arr = align256((size_t)n * sizeof(int32_t));
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_b, g.keys, g.sorted_keys, g.vals, g.pos, n, 0, end_bit));
+    CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(NULL, rle_b, g.sorted_keys, g.uniq, g.counts, g.nruns, n));
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(NULL, scan_b, g.counts, g.offsets, n));
+    g.temp_bytes = sort_b > rle_b ? sort_b : rle_b;
+    g.temp_bytes = align256(g.temp_bytes > scan_b ? g.temp_bytes : scan_b);
+    char *p = (char *)cuda_scratch(cu, 7 * arr + 256 + g.temp_bytes);
+    void **arrays[] = {(void **)&g.keys, (void **)&g.vals, (void **)&g.sorted_keys, (void **)&g.pos,
+                       (void **)&g.uniq, (void **)&g.counts, (void **)&g.offsets};
+    for (int k = 0; k < 7; k++) *arrays[k] = p + k * arr;
+    g.nruns = (int32_t *)(p + 7 * arr);
+    g.temp = p + 7 * arr + 256;
+    return g;
 }
 
 extern "C" void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_tensor dwpe,
@@ -106,22 +116,24 @@ extern "C" void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_t
     LOOM_CHECK(tokens.ndim == 2 && cuda_act(be, dwpe) == bf && cuda_act(be, dout) == bf && vocab_start >= 0);
     int64_t B = tokens.shape[0], T = tokens.shape[1], C = loom_cols(&dwte), Vl = loom_rows(&dwte);
     LOOM_CHECK(loom_numel(&dout) == B * T * C && loom_cols(&dwpe) == C && T <= loom_rows(&dwpe));
-    int n = (int)(B * T), np;
+    int n = (int)(B * T), end_bit = 1;
     if (!n || !C) return;
-    int32_t *tok = (int32_t *)loom_xmalloc((size_t)n * sizeof(int32_t));
-    int32_t *idx = (int32_t *)loom_xmalloc((size_t)(3 * n + 1) * sizeof(int32_t));
-    be->download(be, tok, tokens.data, (size_t)n * sizeof(int32_t));
-    int nu = group_by_token(idx, &np, tok, n, vocab_start, (int)Vl);
-    if (nu > 0) { // else no token of this shard: dwte is unchanged
-        size_t bytes = (size_t)(np + 2 * nu + 1) * sizeof(int32_t);
-        int32_t *didx = (int32_t *)cuda_scratch(cu, bytes);
-        be->upload(be, didx, idx, bytes);
-        encoder_backward_wte_kernel<<<(unsigned)nu, ENC_THREADS, 0, cu->stream>>>(
-            dwte.data, dout.data, didx, didx + np, didx + np + nu + 1, (int)C, bf);
-        CUDA_LAUNCH_CHECK();
-    }
-    free(tok);
-    free(idx);
+    while ((1LL << end_bit) <= Vl) end_bit++; // keys lie in [0, Vl]
+    enc_groups g = enc_groups_of(cu, n, end_bit);
+    encoder_keys_kernel<<<cuda_blocks(n, ENC_THREADS), ENC_THREADS, 0, cu->stream>>>(g.keys, g.vals, cuda_i32(tokens),
+                                                                                       n, vocab_start, (int)Vl);
+    CUDA_LAUNCH_CHECK();
+    size_t tb = g.temp_bytes;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(g.temp, tb, g.keys, g.sorted_keys, g.vals, g.pos, n, 0, end_bit,
+                                               cu->stream));
+    tb = g.temp_bytes;
+    CUDA_CHECK(cudaMemsetAsync(g.counts, 0, (size_t)n * sizeof(int32_t), cu->stream)); // past *nruns: 0
+    CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(g.temp, tb, g.sorted_keys, g.uniq, g.counts, g.nruns, n, cu->stream));
+    tb = g.temp_bytes;
+    CUDA_CHECK(cub::DeviceScan::ExclusiveSum(g.temp, tb, g.counts, g.offsets, n, cu->stream));
+    encoder_backward_wte_kernel<<<(unsigned)n, ENC_THREADS, 0, cu->stream>>>(
+        dwte.data, dout.data, g.pos, g.offsets, g.counts, g.uniq, g.nruns, (int)Vl, (int)C, bf);
+    CUDA_LAUNCH_CHECK();
     encoder_backward_wpe_kernel<<<cuda_blocks(T * C, ENC_THREADS), ENC_THREADS, 0, cu->stream>>>(
         dwpe.data, dout.data, (int)B, (int)T, (int)C, bf);
     CUDA_LAUNCH_CHECK();
