@@ -14,9 +14,10 @@
 #      with ZeRO 0-3, beside the PyTorch DDP peer (bench/peer/gpt2_torch.py under torchrun) on 1
 #      and 2: tokens/s, scaling (2-GPU tokens/s / 2 x 1-GPU; the mark: 95%, aimed at 98%), peak
 #      memory per GPU
-#   4. tensor parallelism: `loom bench --tp 2` of gpt2-medium and gpt2-xl beside dp 2 (ZeRO 1):
-#      tokens/s and peak per GPU. Not yet here: pp 2 throughput and the PyTorch peers of TP
-#      (DTensor), PP (torch.distributed.pipelining) and FSDP2.
+#   4. tensor and pipeline parallelism: `loom train` of gpt2-medium and gpt2-xl (--recompute gelu)
+#      with tp 2, pp 2 (1f1b, zb-v) and dp 2 (ZeRO 1), the same global batch: tokens/s and peak
+#      per GPU. Not yet here: the PyTorch peers of TP (DTensor), PP (torch.distributed.pipelining)
+#      and FSDP2 (fully_shard).
 # Prints one table last; exit 1 when a check failed, 2 with fewer than 2 GPUs.
 NAME=multi_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
@@ -75,13 +76,24 @@ print(r[0]["tokens_per_s"], r[1]["tokens_per_s"], "%.2f" % r[1]["peak_mem_gib"])
     done
 done
 
-# 4. tensor parallelism beside data parallelism
+# 4. tensor and pipeline parallelism beside data parallelism: `loom train` on the fixture shard
+# repeated, the same global batch of 32 sequences of 1024 in micro-batches of 4, 12 steps
+copies=$((32 * 1024 * 12 / 4000 + 2)) # the fixture shard holds about 4,300 tokens
+for i in $(seq 1 "$copies"); do cp "$FIX/gpt2_eval_shard.bin" "$WORK/seq_$(printf %03d "$i").bin"; done
 for m in gpt2-medium gpt2-xl; do
-    B=(--model "$m" --batch 8 --seq 1024 --steps 10 --warmup 3 --device cuda --precision bf16 --recompute gelu)
-    for layout in "--tp 2" "--zero 1"; do
+    for layout in "--tp 2" "--pp 2 --pp-schedule 1f1b" "--pp 2 --pp-schedule zb-v" "--zero 1"; do
+        name=$(echo "$m$layout" | tr -d ' -')
         # shellcheck disable=SC2086
-        "${MPI[@]}" 2 "$LOOM" bench "${B[@]}" $layout >"$OUTDIR/tp_loom_$m.txt" 2>&1 || failed=1
-        row "$m B=8 2 GPUs $layout" "$(tps "$OUTDIR/tp_loom_$m.txt") tokens/s, peak $(peak "$OUTDIR/tp_loom_$m.txt") per GPU"
+        if "${MPI[@]}" 2 "$LOOM" train --model "$m" --train-data "$WORK/seq_*.bin" --seq 1024 --batch 4 \
+            --global-batch 32 --steps 12 --warmup 2 --val-batches 1 --device cuda --precision bf16 --recompute gelu \
+            $layout --metrics "$OUTDIR/$name.jsonl" >"$OUTDIR/$name.log" 2>&1; then
+            row "$m 2 GPUs $layout" "$(grep '"tokens_per_s"' "$OUTDIR/$name.jsonl" | tail -10 |
+                sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/' | sort -n | awk '{v[NR] = $1} END {printf "%.0f", v[int((NR + 1) / 2)]}') \
+tokens/s (median of steps 3-12), $(grep -o 'peak memory.*' "$OUTDIR/$name.log" | head -1 | sed 's/ (allocations[^)]*)//')"
+        else
+            failed=1
+            row "$m 2 GPUs $layout" "FAIL: $(grep -m1 'error' "$OUTDIR/$name.log")"
+        fi
     done
 done
 finish
