@@ -343,15 +343,18 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
     return loss;
 }
 
-double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
-                                  int B, int T, float grad_scale) {
-    LOOM_CHECK(m->training);
+double gpt2_passes(loom_gpt2 *m, float grad_scale) {
     double loss = 0;
-    loom_gpt2_set_batch(m, 0, inputs, targets, B, T);
-    if (m->cuda_graphs) return gpt2_graph_forward_backward(m, grad_scale);
     loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, &loss);
     loom_gpt2_stage_backward(m, 0, 0, (loom_tensor){0}, LOOM_GRAD_ALL);
     return loss;
+}
+
+double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
+                                  int B, int T, float grad_scale) {
+    LOOM_CHECK(m->training);
+    loom_gpt2_set_batch(m, 0, inputs, targets, B, T);
+    return m->cuda_graphs ? gpt2_graph_forward_backward(m, grad_scale) : gpt2_passes(m, grad_scale);
 }
 
 void loom_gpt2_zero_grads(loom_gpt2 *m) {

@@ -22,21 +22,12 @@ void gpt2_graph_free(loom_gpt2 *m) {
     m->graph = NULL;
 }
 
-// The passes as loom_gpt2_forward_backward makes them; while recording, without the loss's
-// read-back.
-static double passes(loom_gpt2 *m, float grad_scale) {
-    double loss = 0;
-    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, &loss);
-    loom_gpt2_stage_backward(m, 0, 0, (loom_tensor){0}, LOOM_GRAD_ALL);
-    return loss;
-}
-
 static void record(loom_gpt2 *m, float grad_scale) {
     loom_backend *be = m->be;
     if (m->graph->graph) be->graph_free(be, m->graph->graph);
     m->recording = true;
     be->graph_begin(be);
-    passes(m, grad_scale);
+    gpt2_passes(m, grad_scale);
     m->graph->graph = be->graph_end(be);
     m->recording = false;
 }
@@ -50,7 +41,7 @@ double gpt2_graph_forward_backward(loom_gpt2 *m, float grad_scale) {
         gpt2_graph_free(m);
         m->graph = loom_xcalloc(1, sizeof *m->graph);
         *m->graph = (gpt2_graph){NULL, B, T, grad_scale};
-        return passes(m, grad_scale);
+        return gpt2_passes(m, grad_scale);
     }
     if (!g->graph || !be->graph_launch(be, g->graph)) {
         record(m, grad_scale);

@@ -33,6 +33,10 @@ loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full)
 // The mean loss over the views' N tokens, read back from the slot's losses (after the head).
 double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v);
 
+// One micro-batch's forward and backward over the whole model on slot 0, its batch set: the
+// mean loss (0 while recording a graph: gpt2.h's recording).
+double gpt2_passes(loom_gpt2 *m, float grad_scale);
+
 // ---- CUDA graphs (gpt2_graph.c; gpt2.h's cuda_graphs) ----
 typedef struct gpt2_graph gpt2_graph;
 // loom_gpt2_forward_backward of the micro-batch set in slot 0: the first time (and after the
