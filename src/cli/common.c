@@ -44,10 +44,7 @@ void cli_human_count(char *out, size_t cap, double n) {
     else snprintf(out, cap, "%.0f", n);
 }
 
-void cli_human_bytes(char *out, size_t cap, double b) {
-    if (b >= 1024.0 * 1024 * 1024) snprintf(out, cap, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-    else snprintf(out, cap, "%.1f MiB", b / (1024.0 * 1024));
-}
+void cli_human_bytes(char *out, size_t cap, double b) { loom_format_bytes(out, cap, b, 2); }
 
 void cli_human_duration(char *out, size_t cap, double s) {
     long t = (long)(s + 0.5);

@@ -39,3 +39,9 @@ void loom_print_error(void) {
     else
         fprintf(stderr, "loom: error: %s\n", loom_error_message());
 }
+
+void loom_format_bytes(char *out, size_t cap, double bytes, int gib_decimals) {
+    const double gib = 1024.0 * 1024 * 1024;
+    if (bytes >= gib) snprintf(out, cap, "%.*f GiB", gib_decimals, bytes / gib);
+    else snprintf(out, cap, "%.1f MiB", bytes / (1024.0 * 1024));
+}

@@ -1,6 +1,7 @@
 // The memory plan of a run, computed before anything is allocated from the same sizing code the
 // allocations use (the model's activation layout, data parallelism's buckets, ZeRO 3's unit
 // reservation, the optimizer's state), and the refusal of a run that will not fit (trainer.h).
+#include "core/log.h"
 #include "train/trainer_internal.h"
 
 #include <stdio.h>
@@ -15,9 +16,7 @@ typedef struct {
 } text;
 static const char *human(text *t, size_t bytes) {
     char *b = t->buf[t->next++ % NBUF];
-    double gib = (double)bytes / (1024.0 * 1024.0 * 1024.0);
-    if (gib >= 1) snprintf(b, 16, "%.1f GiB", gib);
-    else snprintf(b, 16, "%.1f MiB", gib * 1024);
+    loom_format_bytes(b, sizeof t->buf[0], (double)bytes, 1);
     return b;
 }
 
