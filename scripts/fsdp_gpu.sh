@@ -28,12 +28,11 @@ source "$(dirname "$0")/gpu_checks_lib.sh"
 bench() { # NAME NP FLAGS...: one loom bench row (tokens/s, peak memory) and its plan
     local name=$1 np=$2
     shift 2
-    if timeout 400 mpirun -np "$np" --bind-to none "$LOOM" bench --precision bf16 --device-comm mpi "$@" >"$WORK/b.log" 2>&1; then
+    if ran "$name" "$WORK/b.log" timeout 400 mpirun -np "$np" --bind-to none "$LOOM" bench --precision bf16 \
+        --device-comm mpi "$@"; then
         row "$name" "$(grep -m1 '^| *[0-9]' "$WORK/b.log" | tr -s ' ')"
         cat "$WORK/b.log"
     else
-        failed=1
-        row "$name" "FAIL: $(grep -m1 -i 'error' "$WORK/b.log")"
         tail -5 "$WORK/b.log"
     fi
 }
@@ -52,12 +51,9 @@ if [ "${1:-}" = "--gpt2" ]; then
         "--recompute full --offload activations" "--zero 3 --offload optimizer,params,activations"; do
         name=$(echo "$flags" | tr -d ' -,')
         # shellcheck disable=SC2086
-        if "$LOOM" train "${args[@]}" --precision bf16 $flags --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+        ran "gpt2 bf16 $flags" "$WORK/$name.log" "$LOOM" train "${args[@]}" --precision bf16 $flags \
+            --metrics "$WORK/$name.jsonl" &&
             row "gpt2 bf16 $flags vs bf16" "$(maxdiff "$WORK/$name.jsonl" "$WORK/bf16.jsonl")"
-        else
-            failed=1
-            row "gpt2 bf16 $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
-        fi
         grep -E "memory per rank|offloaded|peak memory" "$WORK/$name.log"
     done
     LOOM_DEVICE_MEMORY_GIB=40 "$LOOM" train --model gpt2-xl --train-data "$FIX/gpt2_eval_shard.bin" --batch 8 \

@@ -14,6 +14,16 @@ failed=0
 # row NAME RESULT: a row of the final table, also printed at once (a run cut short by its time
 # limit still shows what it measured)
 row() { ROWS+=("$(printf '| %-46s | %-60s |' "$1" "$2")"); echo "row: ${ROWS[-1]}"; }
+# ran NAME LOG COMMAND...: runs COMMAND with its output in LOG; when it fails, marks the checks
+# failed with a row NAME "FAIL: <the log's first error line>" and returns non-zero
+ran() {
+    local name=$1 log=$2
+    shift 2
+    "$@" >"$log" 2>&1 && return 0
+    failed=1
+    row "$name" "FAIL: $(grep -m1 -i 'error' "$log")"
+    return 1
+}
 losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
 # worst RUN REF: the largest loss difference of metrics file RUN from REF's, and RUN's last loss
 worst() { paste <(losses "$1") <(losses "$2") |
@@ -30,16 +40,13 @@ fp32_vs_cpu() {
         read -r np flags <<<"$layout"
         name=$(echo "$np$flags" | tr -d ' -')
         # shellcheck disable=SC2086
-        if timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" $flags --device cuda --precision fp32 \
-            --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+        if ran "fp32 cuda, $np ranks $flags" "$WORK/$name.log" timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" \
+            $flags --device cuda --precision fp32 --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl"; then
             result=$(paste <(losses "$WORK/$name.jsonl") <(losses "$WORK/cpu.jsonl") |
                 awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
                      END { printf "%d steps, max rel loss err %.3g", n, w }')
             awk -v w="${result##* }" 'BEGIN { exit !(w <= 1e-5) }' || { failed=1; result="FAIL $result"; }
             row "fp32 cuda vs cpu, $np ranks $flags" "$result"
-        else
-            failed=1
-            row "fp32 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
         fi
         grep -E "pipeline|rank [0-9]:" "$WORK/$name.log"
     done
@@ -63,13 +70,9 @@ bf16_curves() {
         read -r np flags <<<"$layout"
         name=bf16_$(echo "$np$flags" | tr -d ' -')
         # shellcheck disable=SC2086
-        if timeout 300 mpirun -np "$np" "$LOOM" train "${args[@]}" $flags --device cuda --precision bf16 \
-            --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1; then
+        ran "bf16 cuda, $np ranks $flags" "$WORK/$name.log" timeout 300 mpirun -np "$np" "$LOOM" train "${args[@]}" \
+            $flags --device cuda --precision bf16 --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl" &&
             row "bf16 cuda, $np ranks $flags, 50 steps" "$(worst "$WORK/$name.jsonl" "$WORK/bf16_ref.jsonl")"
-        else
-            failed=1
-            row "bf16 cuda, $np ranks $flags" "FAIL: $(grep -m1 'error' "$WORK/$name.log")"
-        fi
         grep -E "mesh|memory|peak|pipeline" "$WORK/$name.log"
     done
 }

@@ -18,9 +18,8 @@ for variant in "fp32" "bf16" "bf16 --recompute full"; do
     name=$(echo "$variant" | tr -d ' -')
     for graphs in "" "--cuda-graphs"; do
         # shellcheck disable=SC2086
-        "$LOOM" train "${ARGS[@]}" --precision "$precision" $flags $graphs --metrics "$WORK/$name$graphs.jsonl" \
-            --ckpt-dir "$WORK/$name$graphs" >"$WORK/$name$graphs.log" 2>&1 ||
-            { failed=1; row "$variant $graphs" "FAIL: $(grep -m1 -i 'error' "$WORK/$name$graphs.log")"; continue 2; }
+        ran "$variant $graphs" "$WORK/$name$graphs.log" "$LOOM" train "${ARGS[@]}" --precision "$precision" $flags \
+            $graphs --metrics "$WORK/$name$graphs.jsonl" --ckpt-dir "$WORK/$name$graphs" || continue 2
     done
     n=$(losses "$WORK/$name.jsonl" | wc -l)
     if diff <(losses "$WORK/$name.jsonl") <(losses "$WORK/$name--cuda-graphs.jsonl") >/dev/null &&

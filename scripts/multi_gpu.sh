@@ -84,16 +84,12 @@ for m in gpt2-medium gpt2-xl; do
     for layout in "--tp 2" "--pp 2 --pp-schedule 1f1b" "--pp 2 --pp-schedule zb-v" "--zero 1"; do
         name=$(echo "$m$layout" | tr -d ' -')
         # shellcheck disable=SC2086
-        if "${MPI[@]}" 2 "$LOOM" train --model "$m" --train-data "$WORK/seq_*.bin" --seq 1024 --batch 4 \
-            --global-batch 32 --steps 12 --warmup 2 --val-batches 1 --device cuda --precision bf16 --recompute gelu \
-            $layout --metrics "$OUTDIR/$name.jsonl" >"$OUTDIR/$name.log" 2>&1; then
+        ran "$m 2 GPUs $layout" "$OUTDIR/$name.log" "${MPI[@]}" 2 "$LOOM" train --model "$m" --train-data "$WORK/seq_*.bin" \
+            --seq 1024 --batch 4 --global-batch 32 --steps 12 --warmup 2 --val-batches 1 --device cuda --precision bf16 \
+            --recompute gelu $layout --metrics "$OUTDIR/$name.jsonl" &&
             row "$m 2 GPUs $layout" "$(grep '"tokens_per_s"' "$OUTDIR/$name.jsonl" | tail -10 |
                 sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/' | sort -n | awk '{v[NR] = $1} END {printf "%.0f", v[int((NR + 1) / 2)]}') \
 tokens/s (median of steps 3-12), $(grep -o 'peak memory.*' "$OUTDIR/$name.log" | head -1 | sed 's/ (allocations[^)]*)//')"
-        else
-            failed=1
-            row "$m 2 GPUs $layout" "FAIL: $(grep -m1 'error' "$OUTDIR/$name.log")"
-        fi
     done
 done
 finish
