@@ -34,18 +34,27 @@ int loom_backend_device_count(const char *device) {
     return 0;
 }
 
+const char *loom_backend_precision(const loom_backend *be) {
+    return be->fp8 ? "fp8" : loom_dtype_name(be->dtype);
+}
+
 static loom_status open_one(loom_backend **out, const char *device, const char *precision, int local_rank) {
-    bool gpu = strncmp(device, "cuda", 4) == 0;
+    bool gpu = strncmp(device, "cuda", 4) == 0, fp8 = strcmp(precision, "fp8") == 0;
     loom_dtype dt;
     if (strcmp(precision, "fp32") == 0) dt = LOOM_F32;
-    else if (strcmp(precision, "bf16") == 0) dt = LOOM_BF16;
+    else if (strcmp(precision, "bf16") == 0 || fp8) dt = LOOM_BF16;
     else if (strcmp(precision, "auto") == 0) dt = gpu ? LOOM_BF16 : LOOM_F32;
-    else return loom_fail(LOOM_EINVAL, "precisions are: auto, fp32, bf16", "unknown precision '%s'", precision);
+    else return loom_fail(LOOM_EINVAL, "precisions are: auto, fp32, bf16, fp8", "unknown precision '%s'", precision);
+    if (fp8 && !gpu)
+        return loom_fail(LOOM_EUNSUPPORTED, "use --precision fp8 on a GPU (--device cuda), or fp32 on the cpu",
+                         "precision fp8 needs a GPU: the %s backend has no FP8 products", device);
     char name[32];
     int gpus = loom_backend_device_count(device);
     if (strcmp(device, "cuda") == 0 && gpus > 0) snprintf(name, sizeof name, "cuda:%d", local_rank % gpus);
     else snprintf(name, sizeof name, "%s", device);
-    return loom_backend_create(out, name, dt);
+    LOOM_TRY(loom_backend_create(out, name, dt));
+    (*out)->fp8 = fp8;
+    return LOOM_OK;
 }
 
 loom_status loom_backend_open(loom_backend **out, const char *device, const char *precision, int local_rank) {

@@ -62,6 +62,13 @@ static inline int64_t loom_attn_delta(loom_attn_span span, int64_t Tq, int64_t T
 struct loom_backend {
     const char *name;  // "cpu" or "cuda"
     loom_dtype dtype;  // dtype of parameters, activations and their gradients
+    // FP8 products (precision "fp8"; the CUDA backend, bf16): while set, the matmul ops
+    // (matmul_forward, matmul_backward and their GELU forms) compute each product whose dims are
+    // multiples of 16 from FP8 copies of its operands, one scale per tensor from its current
+    // amax (torchao's float8 "tensorwise" recipe; backend/cuda/fp8.cu): E4M3 for inputs and
+    // weights, E5M2 for output gradients, outputs and gradients in bf16. The caller may clear it
+    // around products it keeps in bf16 (the model's output layer).
+    bool fp8;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
@@ -267,9 +274,14 @@ void loom_backend_destroy(loom_backend *be);
 //   takes GPU local_rank mod (GPUs of the host), local_rank being the rank's index among the
 //   ranks of its host (more ranks than GPUs share them: collectives must then be staged, as
 //   NCCL refuses two ranks on one GPU);
-//   precision "auto" (bf16 on a GPU, fp32 on the CPU), "fp32" or "bf16".
-// Errors: LOOM_EINVAL for an unknown precision, those of loom_backend_create.
+//   precision "auto" (bf16 on a GPU, fp32 on the CPU), "fp32", "bf16" or "fp8" (bf16 with FP8
+//   products: be->fp8 set).
+// Errors: LOOM_EINVAL for an unknown precision, LOOM_EUNSUPPORTED for "fp8" on the CPU, those of
+// loom_backend_create.
 loom_status loom_backend_open(loom_backend **out, const char *device, const char *precision, int local_rank);
+// The precision a run computes in, as --precision names it: "fp8" while be->fp8 is set, else
+// be->dtype's name ("fp32", "bf16").
+const char *loom_backend_precision(const loom_backend *be);
 // GPUs of the kind `device` names ("cuda") that this process can see: 0 on the CPU, in builds
 // without CUDA, or without a driver.
 int loom_backend_device_count(const char *device);

@@ -169,7 +169,7 @@ static void print_config(const run *r) {
         cli_table_row("checkpoints", "%s every %d step%s", o->ckpt_dir, o->ckpt_every, cli_s(o->ckpt_every));
     else if (o->ckpt_dir) cli_table_row("checkpoints", "%s at the end", o->ckpt_dir);
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
-    cli_table_row("device", "%s, %s, %d thread%s per rank", t->be->name, loom_dtype_name(t->be->dtype),
+    cli_table_row("device", "%s, %s, %d thread%s per rank", t->be->name, loom_backend_precision(t->be),
                   omp_get_max_threads(), cli_s(omp_get_max_threads()));
     cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW on the %s", pmem, amem,
                   o->recompute, omem, t->be->name);

@@ -22,7 +22,7 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 #define CLI_TOKENS_RANGE 1, 1 << 20
 // Help texts of the --device and --precision flags.
 #define CLI_DEVICE_HELP "auto (a GPU when present, else cpu), cpu, cuda, cuda:N"
-#define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32 or bf16"
+#define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32, bf16, or fp8 (a GPU: the blocks' matmuls in FP8)"
 #define CLI_VOCAB_HELP "folder with encoder.json and vocab.bpe (default: PREFIX/share/loom beside an installed loom, else the npm package)"
 // MFU's default hardware peak on a GPU: dense bf16 TFLOP/s of an H100/H200 SXM.
 #define CLI_GPU_PEAK_TFLOPS 989

@@ -128,7 +128,7 @@ loom_status cli_metrics_config(cli_metrics *m, const train_options *o, const loo
                       t->cfg.global_batch, t->grad_accum};
     for (int i = 0; i < 9; i++) cJSON_AddNumberToObject(cfg, mkeys[i], mvals[i]);
     cJSON_AddStringToObject(cfg, "device", t->be->name);
-    cJSON_AddStringToObject(cfg, "precision", loom_dtype_name(t->be->dtype));
+    cJSON_AddStringToObject(cfg, "precision", loom_backend_precision(t->be));
     cJSON_AddNumberToObject(cfg, "threads", omp_get_max_threads());
     const char *okeys[] = {"steps", "lr", "min_lr", "warmup"};
     double ovals[] = {(double)o->steps, as_printed(o->run.lr.max_lr), as_printed(o->run.lr.min_lr), o->warmup};

@@ -251,9 +251,12 @@ static void crossentropy(loom_gpt2 *m, loom_tensor losses, loom_tensor logits, l
 
 // Output layer and loss over row chunks; with backward, also dlnf on all rows (into v->dbtc,
 // then reduced into a->dlnf) and dwte +=. Returns the mean loss over the N tokens (0 while
-// recording a graph: the losses stay on the device).
+// recording a graph: the losses stay on the device). Its products stay in bf16 under precision
+// fp8, as torchao's and Transformer Engine's recipes keep the output layer out of FP8.
 static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) {
     loom_backend *be = m->be;
+    bool fp8 = be->fp8;
+    be->fp8 = false;
     const loom_gpt2_acts *a = &v->a;
     int64_t N = v->N, max_chunk = v->logits.shape[0];
     int64_t nchunks = (N + max_chunk - 1) / max_chunk, chunk = (N + nchunks - 1) / nchunks; // equal chunks
@@ -269,6 +272,7 @@ static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward
             be->matmul_backward(be, loom_row_slice(&v->dbtc, r0, r1), m->g[m->wte], no_tensor(), logits, lnf,
                                 m->p[m->wte]);
     }
+    be->fp8 = fp8;
     if (backward) tp_reduce(m, a->dlnf, v->dbtc);
     return m->recording ? 0.0 : gpt2_mean_loss(m, v);
 }
@@ -360,7 +364,10 @@ void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *lo
     forward_body(m, &v, no_tensor());
     loom_tensor last = loom_row_slice(&v.a.lnf, T - 1, T);
     loom_tensor out = loom_row_slice(&v.logits, 0, 1);
+    bool fp8 = m->be->fp8; // the output layer in bf16, as head()
+    m->be->fp8 = false;
     m->be->matmul_forward(m->be, out, last, m->p[m->wte], no_tensor());
+    m->be->fp8 = fp8;
     if (m->tp.gather_vocab) {
         m->tp.gather_vocab(m->tp.ctx, logits, out);
         return;

@@ -239,6 +239,15 @@ static loom_status check_cuda_graphs(const loom_trainer *t) {
     return LOOM_OK;
 }
 
+// FP8 scales are per tensor: tensor or context parallelism would split a product's operands
+// into shards scaled by amaxes of their own, other mathematics than the one-process run's.
+static loom_status check_fp8(const loom_train_config *c) {
+    if (strcmp(c->precision, "fp8") != 0 || (c->tp == 1 && c->cp == 1)) return LOOM_OK;
+    return loom_fail(LOOM_EUNSUPPORTED, "use --precision bf16 with --tp or --cp; fp8 runs with data and pipeline parallelism",
+                     "--precision fp8 scales each tensor by its own amax, which --tp %d --cp %d would split into shards",
+                     c->tp, c->cp);
+}
+
 static loom_status build(loom_trainer *t, bool *report) {
     const loom_train_config *c = &t->cfg;
     AGREE(loom_mesh_create(&t->mesh, t->world, c->tp, c->pp, c->cp, c->dp_replicate > 1 ? c->dp_replicate : 1));
@@ -249,6 +258,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     t->grad_accum = c->global_batch / (c->batch * t->dp_size);
     int threads = c->threads ? c->threads : omp_get_num_procs() / loom_comm_local_size(t->world);
     omp_set_num_threads(threads > 0 ? threads : 1);
+    AGREE(check_fp8(c));
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
     AGREE(check_cuda_graphs(t));
     if (t->be->stream) AGREE(loom_mesh_attach_device(t->mesh, t->be->stream, c->device_comm));

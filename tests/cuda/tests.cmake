@@ -1,9 +1,9 @@
 # CUDA backend: every op against the CPU backend in fp32 and bf16 mode (attention, with its blocks
-# at offsets and their merge, in a program of its own). Built only when the CUDA backend is
+# at offsets and their merge, and the FP8 products of precision fp8, in programs of their own).
 # (cmake/cuda.cmake found nvcc); on a machine without a CUDA device the programs exit 77, which
 # ctest reports as skipped.
 if(LOOM_HAVE_CUDA)
-  foreach(t cuda_backend cuda_attention)
+  foreach(t cuda_backend cuda_attention cuda_fp8)
     loom_test(${t} SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_${t}.c ${CMAKE_CURRENT_LIST_DIR}/../backend/ref.c LABELS cuda)
     set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()

@@ -86,6 +86,8 @@ errors)
   expect_mpi_error 2 "--cuda-graphs records one rank's micro-batch, without collectives; this run has 2 ranks" \
     train "${ARGS[@]}" --cuda-graphs --batch 1 --steps 1
   expect_mpi_error 1 "--cuda-graphs: --zero 3 copies" train "${ARGS[@]}" --cuda-graphs --zero 3 --batch 1 --steps 1
+  expect_mpi_error 2 "--precision fp8 scales each tensor by its own amax, which --tp 2 --cp 1 would split" \
+    train "${ARGS[@]}" --precision fp8 --tp 2 --batch 1 --steps 1
   # the memory plan refuses a run that does not fit before allocating anything: gpt2-xl at B=64 on
   # the CPU (about 330 GiB), and a run planned for a small device that twice the ranks would fit
   t0=$SECONDS

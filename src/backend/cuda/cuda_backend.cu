@@ -194,6 +194,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
     cu->base = loom_backend{ // C++20 designated initializers, in member order
         .name = "cuda",
         .dtype = dtype,
+        .fp8 = false,
         .bytes_in_use = 0,
         .peak_bytes = 0,
         .host_bytes_in_use = 0,

@@ -147,6 +147,35 @@ void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partia
 // dst (n) += column sums of x (N, n) of dtype bf ? bf16 : fp32, deterministically
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf);
 
+// ---- cuBLASLt products (matmul.cu) ----
+// D (m,n) = op(A) op(B) + beta D, column-major, leading dimensions in elements; A, B and D of
+// the backend's dtype, or A and B in FP8 (scale_a set: fp8.cu), D = scale_a scale_b op(A) op(B)
+// + beta D then.
+typedef struct {
+    const void *a, *b;
+    void *d;
+    int64_t m, n, k, lda, ldb, ldd;
+    bool transa, transb;
+    float beta;
+    cublasLtEpilogue_t epilogue;
+    void *bias; // the BIAS epilogues' bias (m), dtype of D; NULL without
+    void *aux;  // the GELU epilogues' pre-activation (m,n), leading dimension m; NULL without
+    // FP8 operands: the dequantizing scales (fp32 scalars in device memory; NULL: not FP8), the
+    // element types (CUDA_R_8F_E4M3 or CUDA_R_8F_E5M2), cuBLASLt's fast accumulation
+    const float *scale_a, *scale_b;
+    cudaDataType_t type_a, type_b;
+    bool fast_accum;
+} cuda_gemm;
+// Runs g and returns CUBLAS_STATUS_SUCCESS, or returns why cuBLASLt has no algorithm for it
+// (nothing run). The heuristic's answer per shape, types and alignments is cached.
+cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g);
+// g (of the backend's dtype, bf16, as matmul.cu builds it) computed from FP8 copies of A and B
+// (fp8.cu: per-tensor scaling from the current amax); b_grad: B holds output gradients (E5M2,
+// no fast accumulation), else activations (E4M3, fast accumulation). Returns
+// CUBLAS_STATUS_NOT_SUPPORTED, running nothing, when g does not suit FP8 (m, n or k not a
+// multiple of 16, a strided operand or one not 16-byte aligned), or cuBLASLt's failure.
+cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad);
+
 // Frees matmul.cu's cache of cuBLASLt algorithms (at destroy).
 void cuda_matmul_free_cache(loom_cuda *cu);
 

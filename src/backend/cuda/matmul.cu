@@ -12,29 +12,22 @@
 // gelu(inp w^T + bias) and keeps the pre-activation as the aux matrix; DGELU multiplies the
 // dinp product by gelu'(pre) read from the aux matrix. In fp32 (the debugging mode, compared
 // with the CPU to 1e-5) and where cuBLASLt has no algorithm, the separate GELU kernels run.
-// The heuristic's algorithm for a product's shapes, epilogue and pointer alignments is asked
+// Under precision "fp8" each product goes to fp8.cu first, which computes it from FP8 copies of
+// its operands when it suits FP8, and runs here in bf16 otherwise.
+// The heuristic's algorithm for a product's shapes, types, epilogue and pointer alignments is asked
 // once and cached (a uthash table in the backend), since asking costs tens of microseconds of
 // host time per call.
 #include "backend/cuda/cuda_ops.h"
 
 #include <uthash.h>
 
-typedef struct { // D (m,n) = op(A) op(B) + beta D, column-major, lds in elements
-    const void *a, *b;
-    void *d;
-    int64_t m, n, k, lda, ldb, ldd;
-    bool transa, transb;
-    float beta;
-    cublasLtEpilogue_t epilogue;
-    void *bias; // the BIAS epilogues' bias (m), dtype of D; NULL without
-    void *aux;  // the GELU epilogues' pre-activation (m,n), leading dimension m; NULL without
-} lt_gemm;
-
 typedef struct { // what the heuristic's answer depends on (no padding: hashed as bytes)
     int64_t m, n, k, lda, ldb, ldd;
-    int32_t transa, transb, epilogue, dtype;
+    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, zero; // zero: no padding
     uint32_t align_a, align_b, align_d, align_aux;
 } lt_key;
+
+#define LT_ALGOS 8 // heuristic answers asked for
 
 struct lt_algo { // one cached heuristic answer
     lt_key key;
@@ -67,11 +60,23 @@ static void lt_set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenc
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
 }
 
-// Runs g and returns CUBLAS_STATUS_SUCCESS, or returns the heuristic's failure (nothing run)
-// when cuBLASLt has no algorithm for it (NOT_SUPPORTED, or INVALID_VALUE for an epilogue it
-// does not take with these types).
-static cublasStatus_t lt_run(loom_cuda *cu, const lt_gemm *g) {
+// g with the algorithm `algo` (cuBLASLt returns NOT_SUPPORTED, running nothing, where one of its
+// heuristic's answers does not take g after all)
+static cublasStatus_t lt_matmul(loom_cuda *cu, cublasLtMatmulDesc_t desc, const cuda_gemm *g,
+                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
+                                const cublasLtMatmulAlgo_t *algo) {
+    float alpha = 1.0f;
+    return cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d, ld, algo,
+                          cu->workspace, cu->workspace_bytes, cu->stream);
+}
+
+// The heuristic's failure is NOT_SUPPORTED, or INVALID_VALUE for an epilogue it does not take
+// with these types. Its first LT_ALGOS answers are tried in order at the first call: the first
+// that runs is kept.
+cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     cudaDataType_t type = cu->base.dtype == LOOM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t type_a = g->scale_a ? g->type_a : type, type_b = g->scale_a ? g->type_b : type;
+    int8_t fast = g->scale_a && g->fast_accum;
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -83,14 +88,22 @@ static cublasStatus_t lt_run(loom_cuda *cu, const lt_gemm *g) {
         lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux);
         lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->m, sizeof g->m);
     }
+    if (g->scale_a) { // FP8: the scales, and the bias and aux in D's type (not the inputs')
+        lt_set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->scale_a, sizeof g->scale_a);
+        lt_set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->scale_b, sizeof g->scale_b);
+        lt_set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+        if (g->bias) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
+        if (g->aux) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type);
+    }
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
     lt_key key = {g->m, g->n, g->k, g->lda, g->ldb, g->ldd, g->transa, g->transb, (int32_t)g->epilogue,
-                   (int32_t)type, lt_alignment(g->a), lt_alignment(g->b), lt_alignment(g->d),
-                  g->aux ? lt_alignment(g->aux) : 0};
+                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, 0, lt_alignment(g->a),
+                  lt_alignment(g->b), lt_alignment(g->d), g->aux ? lt_alignment(g->aux) : 0};
     lt_algo *hit;
+    bool ran = false;
     HASH_FIND(hh, cu->algos, &key, sizeof key, hit);
     if (!hit) {
         hit = (lt_algo *)loom_xcalloc(1, sizeof *hit);
@@ -103,34 +116,58 @@ static cublasStatus_t lt_run(loom_cuda *cu, const lt_gemm *g) {
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-        cublasLtMatmulHeuristicResult_t heur = {};
+        cublasLtMatmulHeuristicResult_t heur[LT_ALGOS] = {};
         int found = 0;
-        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-        if (hit->status == CUBLAS_STATUS_SUCCESS && (found == 0 || heur.state != CUBLAS_STATUS_SUCCESS))
-            hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
-        hit->algo = heur.algo;
+        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, LT_ALGOS, heur, &found);
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+        if (hit->status == CUBLAS_STATUS_SUCCESS) { // the first of the answers that runs, run now
+            hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
+            for (int i = 0; i < found && hit->status != CUBLAS_STATUS_SUCCESS; i++) {
+                if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
+                hit->algo = heur[i].algo;
+                hit->status = lt_matmul(cu, desc, g, la, lb, ld, &hit->algo);
+                if (hit->status != CUBLAS_STATUS_SUCCESS && cu->debug)
+                    fprintf(stderr, "loom: cuda: cuBLASLt's algorithm %d of %d for %lldx%lldx%lld does not run: %s\n",
+                            i + 1, found, (long long)g->m, (long long)g->n, (long long)g->k,
+                            cublasLtGetStatusString(hit->status));
+            }
+            ran = true;
+        }
         HASH_ADD(hh, cu->algos, key, sizeof key, hit);
     }
     cublasStatus_t st = hit->status;
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        float alpha = 1.0f;
-        CUBLAS_CHECK(cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d, ld,
-                                    &hit->algo, cu->workspace, cu->workspace_bytes, cu->stream));
-    }
+    if (st == CUBLAS_STATUS_SUCCESS && !ran) CUBLAS_CHECK(lt_matmul(cu, desc, g, la, lb, ld, &hit->algo));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
     if (st != CUBLAS_STATUS_SUCCESS && cu->debug)
-        fprintf(stderr, "loom: cuda: no cuBLASLt algorithm for %lldx%lldx%lld (epilogue %d): %s\n",
-                (long long)g->m, (long long)g->n, (long long)g->k, (int)g->epilogue,
+        fprintf(stderr, "loom: cuda: no cuBLASLt algorithm for %lldx%lldx%lld%s (epilogue %d): %s\n",
+                (long long)g->m, (long long)g->n, (long long)g->k, g->scale_a ? " fp8" : "", (int)g->epilogue,
                 cublasLtGetStatusString(st));
     return st;
 }
 
-static void lt_must_run(loom_cuda *cu, const lt_gemm *g) {
-    cublasStatus_t st = lt_run(cu, g);
+// D (m,n) = op(A) op(B) + beta D of the backend's dtype on dense operands (the leading dimensions
+// follow from the shapes), without an epilogue
+static cuda_gemm dense_gemm(const void *a, const void *b, void *d, int64_t m, int64_t n, int64_t k, bool transa,
+                            bool transb, float beta) {
+    cuda_gemm g = {};
+    g.a = a, g.b = b, g.d = d, g.m = m, g.n = n, g.k = k;
+    g.lda = transa ? k : m, g.ldb = transb ? n : k, g.ldd = m;
+    g.transa = transa, g.transb = transb, g.beta = beta, g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    return g;
+}
+
+// g in FP8 while the backend's fp8 is set and g suits FP8 (fp8.cu), else as given; b_grad: B
+// holds output gradients
+static cublasStatus_t product(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
+    if (cu->base.fp8 && cuda_fp8_gemm_run(cu, g, b_grad) == CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_SUCCESS;
+    return cuda_gemm_run(cu, g);
+}
+
+static void must_product(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
+    cublasStatus_t st = product(cu, g, b_grad);
     if (st == CUBLAS_STATUS_SUCCESS) return;
     fprintf(stderr, "loom: cuBLASLt has no algorithm for a %lldx%lldx%lld %s matmul: %s\n",
             (long long)g->m, (long long)g->n, (long long)g->k, loom_dtype_name(cu->base.dtype),
@@ -152,13 +189,14 @@ extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tens
     LOOM_CHECK(N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && cuda_act(be, out) == bf);
     LOOM_CHECK(loom_cols(&w) == C && loom_rows(&out) == N && loom_cols(&out) == OC);
     if (bias.data) LOOM_CHECK(cuda_act(be, bias) == bf && loom_numel(&bias) == OC);
-    lt_gemm g = {w.data, inp.data, out.data, OC, N, C, C, C, OC, true, false, 0.0f,
-                 bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias.data, NULL};
-    if (lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
+    cuda_gemm g = dense_gemm(w.data, inp.data, out.data, OC, N, C, true, false, 0.0f);
+    g.epilogue = bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    g.bias = bias.data;
+    if (product(cu, &g, false) == CUBLAS_STATUS_SUCCESS) return;
     LOOM_CHECK(bias.data); // no algorithm even without an epilogue
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = NULL;
-    lt_must_run(cu, &g);
+    must_product(cu, &g, false);
     add_bias_kernel<<<cuda_blocks(N * OC, 256), 256, 0, cu->stream>>>(out.data, bias.data, N, OC, bf);
     CUDA_LAUNCH_CHECK();
 }
@@ -171,11 +209,11 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
     LOOM_CHECK(cuda_act(be, out) == bf && cuda_act(be, pre) == bf && loom_rows(&out) == N &&
                loom_cols(&out) == OC && loom_rows(&pre) == N && loom_cols(&pre) == OC);
     if (bf && N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && loom_cols(&w) == C) {
-        lt_gemm g = {w.data, inp.data, out.data, OC, N, C, C, C, OC, true, false, 0.0f,
-                     bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
-                     bias.data, pre.data};
+        cuda_gemm g = dense_gemm(w.data, inp.data, out.data, OC, N, C, true, false, 0.0f);
+        g.epilogue = bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        g.bias = bias.data, g.aux = pre.data;
         if (!bias.data || (cuda_act(be, bias) == bf && loom_numel(&bias) == OC))
-            if (lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
+            if (product(cu, &g, false) == CUBLAS_STATUS_SUCCESS) return;
     }
     cuda_matmul_forward(be, pre, inp, w, bias); // checks the shapes
     cuda_gelu_forward(be, out, pre);
@@ -188,16 +226,15 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
     loom_cuda *cu = cuda_of(be);
     int64_t N = loom_rows(&dout), OC = loom_cols(&dout), C = loom_cols(&w);
     LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == N && loom_cols(&dinp) == C);
-    lt_gemm g = {w.data, dout.data, dinp.data, C, N, OC, C, OC, C, false, false, 0.0f,
-                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
+    cuda_gemm g = dense_gemm(w.data, dout.data, dinp.data, C, N, OC, false, false, 0.0f);
     if (pre.data && be->dtype == LOOM_BF16) {
         g.epilogue = CUBLASLT_EPILOGUE_DGELU;
         g.aux = pre.data;
-        if (lt_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
+        if (product(cu, &g, true) == CUBLAS_STATUS_SUCCESS) return;
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         g.aux = NULL;
     }
-    lt_must_run(cu, &g);
+    must_product(cu, &g, true);
     if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
 }
 
@@ -207,9 +244,8 @@ static void matmul_dw(loom_backend *be, loom_tensor dw, loom_tensor dbias, loom_
     loom_cuda *cu = cuda_of(be);
     bool bf = cuda_act(be, inp);
     int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_cols(&dout);
-    lt_gemm g = {inp.data, dout.data, dw.data, C, OC, N, C, OC, C, false, true, 1.0f,
-                 CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL};
-    lt_must_run(cu, &g);
+    cuda_gemm g = dense_gemm(inp.data, dout.data, dw.data, C, OC, N, false, true, 1.0f);
+    must_product(cu, &g, true);
     if (!dbias.data) return;
     LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == OC);
     cuda_column_sums(cu, dbias.data, dout.data, N, OC, bf);

@@ -1,0 +1,136 @@
+// FP8 products of the linear layers (precision "fp8"): each product's two operands rounded to
+// FP8 with one scale per tensor from its current amax, as torchao's float8 training with the
+// "tensorwise" recipe (Float8LinearConfig's default; Micikevicius et al., "FP8 Formats for Deep
+// Learning", 2022):
+//   s = FMAX / max(amax(|x|), 1e-12),  x8 = fp8(x s), rounded to nearest even, saturated at FMAX
+//   product = (1/s_a)(1/s_b) A8 B8 on the FP8 tensor cores, accumulated in fp32, written in bf16
+// Activations and weights in E4M3 (FMAX 448), output gradients in E5M2 (FMAX 57344: the wider
+// range). Hopper's FP8 products in cuBLASLt take A transposed and B not (the "TN" layout), so the
+// copies are A8 (m,k) and B8 (n,k) row-major, transposed from the bf16 operands where needed:
+//   forward  out^T (OC,N) = w8 (OC,C) . inp8 (N,C)          (both as they are)
+//   dinp     dinp^T (C,N) = (w^T)8 (C,OC) . dout8 (N,OC)    (w transposed)
+//   dw       dw^T (C,OC) += (inp^T)8 (C,N) . (dout^T)8 (OC,N) (both transposed)
+// where X . Y is X Y^T. The forward product uses cuBLASLt's fast accumulation, the gradients' do
+// not (torchao's defaults). The copies live in the backend's scratch: (m + n) k bytes.
+#include "backend/cuda/cuda_ops.h"
+
+#include <cuda_fp8.h>
+
+#define FP8_TILE 64        // quantize_kernel's square tile (rows and columns)
+#define FP8_VEC 8          // elements a thread loads at once (16 bytes of bf16)
+#define FP8_THREADS 256    // quantize_kernel's: FP8_TILE / FP8_VEC per tile row, 32 rows per pass
+#define FP8_AMAX_BLOCKS 1024
+
+// *amax = max(*amax, max |x|) over n bf16, as fp32 bits (>= 0: unsigned order is float order)
+__global__ void amax_kernel(const __nv_bfloat16 *x, int64_t n, unsigned *amax) {
+    __shared__ float warps[32];
+    float m = 0.0f;
+    int64_t n8 = (uintptr_t)x % 16 == 0 ? n / 8 : 0; // 8 at a time where aligned
+    GRID_STRIDE(i, n8) {
+        uint4 v = ((const uint4 *)x)[i];
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+        for (int j = 0; j < 4; j++) {
+            float2 f = __bfloat1622float2(h[j]);
+            m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+        }
+    }
+    GRID_STRIDE(i, n - 8 * n8) m = fmaxf(m, fabsf(__bfloat162float(x[8 * n8 + i])));
+    m = warp_max(m);
+    if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
+    m = warp_max(threadIdx.x < blockDim.x / 32 ? warps[threadIdx.x] : 0.0f);
+    if (threadIdx.x == 0) atomicMax(amax, __float_as_uint(m));
+}
+
+// 8 floats times s as 8 FP8 bytes (element 0 in the lowest byte)
+__device__ __forceinline__ uint2 fp8_pack(const float *x, float s, __nv_fp8_interpretation_t fmt) {
+    uint32_t w[2];
+    for (int h = 0; h < 2; h++) {
+        uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * h] * s, x[4 * h + 1] * s), __NV_SATFINITE, fmt);
+        uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * h + 2] * s, x[4 * h + 3] * s), __NV_SATFINITE, fmt);
+        w[h] = lo | hi << 16;
+    }
+    return make_uint2(w[0], w[1]);
+}
+
+// dst = fp8(src s) with s from *amax: src (R,K) bf16, R and K multiples of 16, 16-byte aligned;
+// dst (R,K), or (K,R) when transpose (through a shared-memory tile of FP8 bytes, so reads and
+// writes are both 8-element runs along rows); *inv = 1/s
+__global__ void quantize_kernel(uint8_t *dst, float *inv, const __nv_bfloat16 *src, int64_t R, int64_t K,
+                                bool transpose, bool e5m2, const unsigned *amax) {
+    __shared__ __align__(8) uint8_t tile[FP8_TILE][FP8_TILE + FP8_VEC];
+    float s = (e5m2 ? 57344.0f : 448.0f) / fmaxf(__uint_as_float(*amax), 1e-12f);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
+    __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
+    int64_t r0 = (int64_t)blockIdx.x * FP8_TILE, c0 = (int64_t)blockIdx.y * FP8_TILE;
+    int tx = threadIdx.x % (FP8_TILE / FP8_VEC), ty = threadIdx.x / (FP8_TILE / FP8_VEC);
+    const int rows_per_pass = FP8_THREADS / (FP8_TILE / FP8_VEC);
+    for (int j = ty; j < FP8_TILE; j += rows_per_pass) {
+        int64_t r = r0 + j, c = c0 + tx * FP8_VEC;
+        if (r >= R || c >= K) continue;
+        uint4 v = *(const uint4 *)(src + r * K + c);
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+        float x[FP8_VEC];
+        for (int k = 0; k < FP8_VEC / 2; k++) {
+            float2 f = __bfloat1622float2(h[k]);
+            x[2 * k] = f.x, x[2 * k + 1] = f.y;
+        }
+        uint2 q = fp8_pack(x, s, fmt);
+        if (transpose) *(uint2 *)&tile[j][tx * FP8_VEC] = q;
+        else *(uint2 *)(dst + r * K + c) = q;
+    }
+    if (!transpose) return;
+    __syncthreads();
+    for (int i = ty; i < FP8_TILE; i += rows_per_pass) { // dst row c0 + i, bytes r0 + tx * 8 ...
+        int64_t c = c0 + i, r = r0 + tx * FP8_VEC;
+        if (c >= K || r >= R) continue;
+        uint8_t b[FP8_VEC];
+        for (int k = 0; k < FP8_VEC; k++) b[k] = tile[tx * FP8_VEC + k][i];
+        uint2 q;
+        memcpy(&q, b, sizeof q);
+        *(uint2 *)(dst + c * R + r) = q;
+    }
+}
+
+// dst (rows of the FP8 operand, k) from the bf16 src (R,K) row-major: src itself (R = rows) or
+// its transpose (transpose: K = rows); *inv its dequantizing scale, *amax a scratch fp32
+static void quantize(loom_cuda *cu, uint8_t *dst, float *inv, unsigned *amax, const void *src, int64_t R,
+                     int64_t K, bool transpose, bool e5m2) {
+    LOOM_CHECK((K + FP8_TILE - 1) / FP8_TILE <= 65535); // gridDim.y
+    unsigned blocks = cuda_blocks(R * K / 8 + 1, 256);
+    amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, 256, 0, cu->stream>>>(
+        (const __nv_bfloat16 *)src, R * K, amax);
+    CUDA_LAUNCH_CHECK();
+    dim3 grid((unsigned)((R + FP8_TILE - 1) / FP8_TILE), (unsigned)((K + FP8_TILE - 1) / FP8_TILE));
+    quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(
+        dst, inv, (const __nv_bfloat16 *)src, R, K, transpose, e5m2, amax);
+    CUDA_LAUNCH_CHECK();
+}
+
+static size_t round_up_256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
+    int64_t m = g->m, n = g->n, k = g->k;
+    // the bf16 operands as row-major arrays: A (m,k) with transa, else (k,m); B (k,n) with
+    // transb, else (n,k); cuBLASLt's FP8 wants 16-element multiples
+    bool dense = g->lda == (g->transa ? k : m) && g->ldb == (g->transb ? n : k);
+    bool aligned = (uintptr_t)g->a % 16 == 0 && (uintptr_t)g->b % 16 == 0;
+    if (cu->base.dtype != LOOM_BF16 || m % 16 || n % 16 || k % 16 || !dense || !aligned)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t a_bytes = round_up_256((size_t)(m * k)), b_bytes = round_up_256((size_t)(n * k));
+    char *base = (char *)cuda_scratch(cu, 256 + a_bytes + b_bytes);
+    unsigned *amax = (unsigned *)base; // [A, B]
+    // the scales 16-byte aligned: cuBLASLt's FP8 kernels refuse others at run time (NOT_SUPPORTED)
+    float *inv_a = (float *)(base + 64), *inv_b = (float *)(base + 128);
+    uint8_t *a8 = (uint8_t *)base + 256, *b8 = a8 + a_bytes;
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, cu->stream));
+    quantize(cu, a8, inv_a, &amax[0], g->a, g->transa ? m : k, g->transa ? k : m, !g->transa, false);
+    quantize(cu, b8, inv_b, &amax[1], g->b, g->transb ? k : n, g->transb ? n : k, g->transb, b_grad);
+    cuda_gemm f = *g;
+    f.a = a8, f.b = b8, f.lda = k, f.ldb = k, f.transa = true, f.transb = false;
+    f.scale_a = inv_a, f.scale_b = inv_b;
+    f.type_a = CUDA_R_8F_E4M3, f.type_b = b_grad ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    f.fast_accum = !b_grad;
+    return cuda_gemm_run(cu, &f);
+}

@@ -1,0 +1,151 @@
+// The FP8 products of precision "fp8" (backend/cuda/fp8.cu) against the CPU backend's fp32 ops on
+// operands rounded on the host as the recipe says: one scale per tensor, s = FMAX / amax, x8 =
+// round-to-nearest-even of x s in E4M3 (inputs, weights) or E5M2 (output gradients), saturated;
+// products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the
+// GELU form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias +=
+// (dbias from the unrounded gradient). A product must match the rounded reference within 1e-2,
+// norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice, the GELU epilogues'
+// own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it than to the
+// unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a dim that is not a multiple of 16 take the bf16
+// path and must match the unrounded reference. Exit 77 (skipped) without a CUDA device.
+#include "cuda_test.h"
+
+#define FP8_TOL 1e-2
+
+typedef struct {
+    int mant, emin; // mantissa bits, smallest normal exponent
+    float fmax;     // largest finite value
+} fp8_format;
+static const fp8_format E4M3 = {3, -6, 448.0f}, E5M2 = {2, -14, 57344.0f};
+
+// x to the nearest value of format f (ties to even), saturated at +-fmax
+static float fp8_round(float x, fp8_format f) {
+    float a = fabsf(x);
+    if (a >= f.fmax) return copysignf(f.fmax, x);
+    int e;
+    frexpf(a, &e); // a = m 2^e, m in [0.5, 1): the leading bit's exponent is e - 1
+    float quantum = ldexpf(1.0f, (e - 1 < f.emin ? f.emin : e - 1) - f.mant);
+    return copysignf(rintf(a / quantum) * quantum, x);
+}
+
+// x (n) as the FP8 product sees it: rounded with the tensor's scale, then scaled back
+static float *fp8_view(const float *x, size_t n, fp8_format f) {
+    float amax = 0;
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float s = f.fmax / fmaxf(amax, 1e-12f), inv = 1.0f / s;
+    float *y = loom_xmalloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) y[i] = fp8_round(x[i] * s, f) * inv;
+    return y;
+}
+
+// The device's result in b against want (the CPU's on the rounded operands) and plain (on the
+// operands as they are): FP8 when fits, else bf16
+static void check_fp8(const char *what, buf b, const float *want, const float *plain, bool fits, shape s) {
+    float *got = loom_xmalloc(b.n * 4 + 4);
+    download_as(got, b.d, b.n, b.dt);
+    double e = t_max_rel_err(got, want, b.n), ep = t_max_rel_err(got, plain, b.n);
+    if (fits) {
+        record(what, e);
+        T_ASSERT(e < FP8_TOL && 4 * e < ep, "%s N=%d C=%d: err %.3g against the FP8 reference, %.3g against bf16",
+                 what, s.B, s.C, e, ep);
+    } else {
+        record("bf16 fallback (dims not multiples of 16)", ep);
+        T_ASSERT(ep < 1e-2, "%s N=%d C=%d (bf16 path): err %.3g", what, s.B, s.C, ep);
+    }
+    free(got);
+}
+
+static float *copy_of(const float *x, size_t n) {
+    float *y = loom_xmalloc(n * sizeof(float) + 4);
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+// out (N,OC) = x (N,C) w^T + bias, plain and with the GELU
+static void test_forward(int N, int C, int OC, bool fits) {
+    shape s = {N, 1, C, 1}; // for messages
+    buf x = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt), bias = b_randn((size_t)OC, 1, dt);
+    buf out = b_nans((size_t)N * OC, dt), pre = b_nans((size_t)N * OC, dt);
+    float *xq = fp8_view(x.h, x.n, E4M3), *wq = fp8_view(w.h, w.n, E4M3);
+    float *want = loom_xmalloc(out.n * 4), *plain = loom_xmalloc(out.n * 4);
+    float *want_pre = loom_xmalloc(out.n * 4), *plain_pre = loom_xmalloc(out.n * 4);
+    loom_tensor none = {0};
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        loom_tensor hb = with_bias ? HV(bias, OC) : none;
+        cpu->matmul_forward(cpu, LOOM_VIEW(want, F32, N, OC), LOOM_VIEW(xq, F32, N, C), LOOM_VIEW(wq, F32, OC, C), hb);
+        cpu->matmul_forward(cpu, LOOM_VIEW(plain, F32, N, OC), HV(x, N, C), HV(w, OC, C), hb);
+        gpu->matmul_forward(gpu, DV(out, N, OC), DV(x, N, C), DV(w, OC, C), with_bias ? DV(bias, OC) : none);
+        check_fp8(with_bias ? "fp8 matmul out (bias)" : "fp8 matmul out", out, want, plain, fits, s);
+    }
+    cpu->matmul_gelu_forward(cpu, LOOM_VIEW(want, F32, N, OC), LOOM_VIEW(want_pre, F32, N, OC), LOOM_VIEW(xq, F32, N, C),
+                             LOOM_VIEW(wq, F32, OC, C), HV(bias, OC));
+    cpu->matmul_gelu_forward(cpu, LOOM_VIEW(plain, F32, N, OC), LOOM_VIEW(plain_pre, F32, N, OC), HV(x, N, C),
+                             HV(w, OC, C), HV(bias, OC));
+    gpu->matmul_gelu_forward(gpu, DV(out, N, OC), DV(pre, N, OC), DV(x, N, C), DV(w, OC, C), DV(bias, OC));
+    check_fp8("fp8 matmul+gelu pre", pre, want_pre, plain_pre, fits, s);
+    check_fp8("fp8 matmul+gelu out", out, want, plain, fits, s);
+    free(xq), free(wq), free(want), free(plain), free(want_pre), free(plain_pre);
+    b_free(&x), b_free(&w), b_free(&bias), b_free(&out), b_free(&pre);
+}
+
+// The gradients of out (N,OC) = x (N,C) w^T + bias: dinp, dw +=, dbias +=; with_gelu: x is a
+// GELU's output, its input pre (N,C), and dinp folds in gelu'(pre)
+static void test_backward(int N, int C, int OC, bool with_gelu, bool fits) {
+    shape s = {N, 1, C, 1};
+    buf x = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt), pre = b_randn((size_t)N * C, 1, dt);
+    buf dout = b_randn((size_t)N * OC, 1, dt), dinp = b_nans((size_t)N * C, dt);
+    buf dw = b_randn((size_t)OC * C, 0.1f, dt), dbias = b_randn((size_t)OC, 1, dt);
+    float *xq = fp8_view(x.h, x.n, E4M3), *wq = fp8_view(w.h, w.n, E4M3), *dq = fp8_view(dout.h, dout.n, E5M2);
+    float *want_dinp = loom_xmalloc(dinp.n * 4), *want_dw = copy_of(dw.h, dw.n), *want_db = copy_of(dbias.h, dbias.n);
+    // the rounded reference, then the plain one in the host buffers
+    loom_tensor rd = LOOM_VIEW(want_dinp, F32, N, C), rw = LOOM_VIEW(want_dw, F32, OC, C), rb = LOOM_VIEW(want_db, F32, OC);
+    loom_tensor xv = LOOM_VIEW(xq, F32, N, C), wv = LOOM_VIEW(wq, F32, OC, C), dv = LOOM_VIEW(dq, F32, N, OC);
+    if (with_gelu) {
+        cpu->matmul_gelu_backward(cpu, rd, rw, rb, dv, xv, wv, HV(pre, N, C));
+        cpu->matmul_gelu_backward(cpu, HV(dinp, N, C), HV(dw, OC, C), HV(dbias, OC), HV(dout, N, OC), HV(x, N, C),
+                                  HV(w, OC, C), HV(pre, N, C));
+        gpu->matmul_gelu_backward(gpu, DV(dinp, N, C), DV(dw, OC, C), DV(dbias, OC), DV(dout, N, OC), DV(x, N, C),
+                                  DV(w, OC, C), DV(pre, N, C));
+    } else {
+        cpu->matmul_backward(cpu, rd, rw, rb, dv, xv, wv);
+        cpu->matmul_backward(cpu, HV(dinp, N, C), HV(dw, OC, C), HV(dbias, OC), HV(dout, N, OC), HV(x, N, C),
+                             HV(w, OC, C));
+        gpu->matmul_backward(gpu, DV(dinp, N, C), DV(dw, OC, C), DV(dbias, OC), DV(dout, N, OC), DV(x, N, C),
+                             DV(w, OC, C));
+    }
+    check_fp8(with_gelu ? "fp8 matmul+gelu dinp" : "fp8 matmul dinp", dinp, want_dinp, dinp.h, fits, s);
+    check_fp8(with_gelu ? "fp8 matmul+gelu dw +=" : "fp8 matmul dw +=", dw, want_dw, dw.h, fits, s);
+    check("fp8 run: dbias += (bf16 column sums)", dbias, s); // from dout as it is: the plain reference
+    free(xq), free(wq), free(dq), free(want_dinp), free(want_dw), free(want_db);
+    buf *all[] = {&x, &w, &pre, &dout, &dinp, &dw, &dbias};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
+static void run_mode(loom_dtype mode, bool quick) {
+    if (mode != LOOM_BF16) return; // FP8 products are a bf16 run's
+    LOOM_CHECK(loom_backend_create(&gpu, "cuda", mode) == LOOM_OK);
+    gpu->fp8 = true;
+    dt = mode;
+    tol = 1e-2;
+    // (N, C, OC): gpt2's qkv and fc shapes, gpt2-xl's fc, then dims that are not multiples of 16
+    static const int fits[][3] = {{64, 64, 192}, {256, 768, 2304}, {512, 768, 3072}, {128, 1600, 6400}};
+    static const int ragged[][3] = {{40, 64, 192}, {64, 72, 192}, {64, 64, 200}};
+    int nfits = quick ? 2 : (int)(sizeof fits / sizeof fits[0]);
+    for (int i = 0; i < nfits; i++) {
+        const int *d = fits[i];
+        printf("fp8 N=%d C=%d OC=%d\n", d[0], d[1], d[2]);
+        fflush(stdout);
+        test_forward(d[0], d[1], d[2], true);
+        test_backward(d[0], d[1], d[2], false, true);
+        test_backward(d[0], d[1], d[2], true, true); // the layer after the GELU: its C is the GELU's width
+    }
+    for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
+        const int *d = ragged[i];
+        test_forward(d[0], d[1], d[2], false);
+        test_backward(d[0], d[1], d[2], true, false);
+    }
+    loom_backend_destroy(gpu);
+    gpu = NULL;
+}
+
+int main(void) { return cuda_test_main("cuda_fp8", run_mode); }
