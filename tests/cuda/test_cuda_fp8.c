@@ -137,7 +137,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         fflush(stdout);
         test_forward(d[0], d[1], d[2], true);
         test_backward(d[0], d[1], d[2], false, true);
-        test_backward(d[0], d[1], d[2], true, true); // the layer after the GELU: its C is the GELU's width
+        test_backward(d[0], d[1], d[2], true, true); // as the layer after a GELU whose input was pre
     }
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
         const int *d = ragged[i];
