@@ -21,12 +21,12 @@
 #define FP8_THREADS 256    // quantize_kernel's: FP8_TILE / FP8_VEC per tile row, 32 rows per pass
 #define FP8_AMAX_BLOCKS 1024
 
-// *amax = max(*amax, max |x|) over n bf16, as fp32 bits (>= 0: unsigned order is float order)
+// *amax = max(*amax, max |x|) over n bf16 (16-byte aligned, n a multiple of 8: read 8 at a
+// time), as fp32 bits (>= 0: unsigned order is float order)
 __global__ void amax_kernel(const __nv_bfloat16 *x, int64_t n, unsigned *amax) {
     __shared__ float warps[32];
     float m = 0.0f;
-    int64_t n8 = (uintptr_t)x % 16 == 0 ? n / 8 : 0; // 8 at a time where aligned
-    GRID_STRIDE(i, n8) {
+    GRID_STRIDE(i, n / 8) {
         uint4 v = ((const uint4 *)x)[i];
         const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
         for (int j = 0; j < 4; j++) {
@@ -34,7 +34,6 @@ __global__ void amax_kernel(const __nv_bfloat16 *x, int64_t n, unsigned *amax) {
             m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
         }
     }
-    GRID_STRIDE(i, n - 8 * n8) m = fmaxf(m, fabsf(__bfloat162float(x[8 * n8 + i])));
     m = warp_max(m);
     if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m;
     __syncthreads();
@@ -97,8 +96,9 @@ __global__ void quantize_kernel(uint8_t *dst, float *inv, const __nv_bfloat16 *s
 // its transpose (transpose: K = rows); *inv its dequantizing scale, *amax a scratch fp32
 static void quantize(loom_cuda *cu, uint8_t *dst, float *inv, unsigned *amax, const void *src, int64_t R,
                      int64_t K, bool transpose, bool e5m2) {
-    LOOM_CHECK((K + FP8_TILE - 1) / FP8_TILE <= 65535); // gridDim.y
-    unsigned blocks = cuda_blocks(R * K / 8 + 1, 256);
+    LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // the kernels' 8-element reads
+    LOOM_CHECK((K + FP8_TILE - 1) / FP8_TILE <= 65535);                  // gridDim.y
+    unsigned blocks = cuda_blocks(R * K / 8, 256);
     amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, 256, 0, cu->stream>>>(
         (const __nv_bfloat16 *)src, R * K, amax);
     CUDA_LAUNCH_CHECK();

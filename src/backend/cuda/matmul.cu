@@ -27,8 +27,6 @@ typedef struct { // what the heuristic's answer depends on (no padding: hashed a
     uint32_t align_a, align_b, align_d, align_aux;
 } lt_key;
 
-#define LT_ALGOS 8 // heuristic answers asked for
-
 struct lt_algo { // one cached heuristic answer
     lt_key key;
     cublasStatus_t status; // CUBLAS_STATUS_SUCCESS, or why there is no algorithm
@@ -60,19 +58,8 @@ static void lt_set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenc
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
 }
 
-// g with the algorithm `algo` (cuBLASLt returns NOT_SUPPORTED, running nothing, where one of its
-// heuristic's answers does not take g after all)
-static cublasStatus_t lt_matmul(loom_cuda *cu, cublasLtMatmulDesc_t desc, const cuda_gemm *g,
-                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld,
-                                const cublasLtMatmulAlgo_t *algo) {
-    float alpha = 1.0f;
-    return cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d, ld, algo,
-                          cu->workspace, cu->workspace_bytes, cu->stream);
-}
-
 // The heuristic's failure is NOT_SUPPORTED, or INVALID_VALUE for an epilogue it does not take
-// with these types. Its first LT_ALGOS answers are tried in order at the first call: the first
-// that runs is kept.
+// with these types.
 cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     cudaDataType_t type = cu->base.dtype == LOOM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType_t type_a = g->scale_a ? g->type_a : type, type_b = g->scale_a ? g->type_b : type;
@@ -103,7 +90,6 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
                   (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, 0, lt_alignment(g->a),
                   lt_alignment(g->b), lt_alignment(g->d), g->aux ? lt_alignment(g->aux) : 0};
     lt_algo *hit;
-    bool ran = false;
     HASH_FIND(hh, cu->algos, &key, sizeof key, hit);
     if (!hit) {
         hit = (lt_algo *)loom_xcalloc(1, sizeof *hit);
@@ -116,27 +102,21 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-        cublasLtMatmulHeuristicResult_t heur[LT_ALGOS] = {};
+        cublasLtMatmulHeuristicResult_t heur = {};
         int found = 0;
-        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, LT_ALGOS, heur, &found);
-        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-        if (hit->status == CUBLAS_STATUS_SUCCESS) { // the first of the answers that runs, run now
+        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+        if (hit->status == CUBLAS_STATUS_SUCCESS && (found == 0 || heur.state != CUBLAS_STATUS_SUCCESS))
             hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
-            for (int i = 0; i < found && hit->status != CUBLAS_STATUS_SUCCESS; i++) {
-                if (heur[i].state != CUBLAS_STATUS_SUCCESS) continue;
-                hit->algo = heur[i].algo;
-                hit->status = lt_matmul(cu, desc, g, la, lb, ld, &hit->algo);
-                if (hit->status != CUBLAS_STATUS_SUCCESS && cu->debug)
-                    fprintf(stderr, "loom: cuda: cuBLASLt's algorithm %d of %d for %lldx%lldx%lld does not run: %s\n",
-                            i + 1, found, (long long)g->m, (long long)g->n, (long long)g->k,
-                            cublasLtGetStatusString(hit->status));
-            }
-            ran = true;
-        }
+        hit->algo = heur.algo;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         HASH_ADD(hh, cu->algos, key, sizeof key, hit);
     }
     cublasStatus_t st = hit->status;
-    if (st == CUBLAS_STATUS_SUCCESS && !ran) CUBLAS_CHECK(lt_matmul(cu, desc, g, la, lb, ld, &hit->algo));
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        float alpha = 1.0f;
+        CUBLAS_CHECK(cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d, ld,
+                                    &hit->algo, cu->workspace, cu->workspace_bytes, cu->stream));
+    }
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
