@@ -66,9 +66,8 @@ for c in gpt2:16:none gpt2-xl:8:gelu; do
         ran "bench $m $p" "$OUTDIR/fp8_bench_${m}_$p.log" "$LOOM" bench --model "$m" --batch "$b" --seq 1024 --steps 20 \
             --warmup 3 --device cuda --precision $p --recompute "$r"
     done
-    # the table's row: | step ms | fwd | bwd | opt | tokens/s | GFLOP/s | matmul | ratio | MFU | peak |
-    read -r bms btps bmfu bpeak < <(awk -F'|' '/^\| *[0-9]/ {print $2, $6, $10, $11; exit}' "$OUTDIR/fp8_bench_${m}_bf16.log")
-    read -r fms ftps fmfu fpeak < <(awk -F'|' '/^\| *[0-9]/ {print $2, $6, $10, $11; exit}' "$OUTDIR/fp8_bench_${m}_fp8.log")
+    read -r _ btps bmfu bpeak < <(bench_row "$OUTDIR/fp8_bench_${m}_bf16.log")
+    read -r _ ftps fmfu fpeak < <(bench_row "$OUTDIR/fp8_bench_${m}_fp8.log")
     row "$m B=$b: bf16 / fp8 tokens/s" \
         "${btps:-?} / ${ftps:-?} ($(awk -v a="${btps:-0}" -v b="${ftps:-0}" 'BEGIN {printf "%.3fx", a ? b / a : 0}')), MFU ${bmfu:-?} / ${fmfu:-?}, peak ${bpeak:-?} / ${fpeak:-?}"
     [ "$m" = gpt2 ] && gpt2_bf16=${btps:-0} gpt2_fp8=${ftps:-0}

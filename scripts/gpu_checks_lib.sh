@@ -25,6 +25,9 @@ ran() {
     return 1
 }
 losses() { grep '"loss"' "$1" | sed 's/.*"loss":\([^,]*\),.*/\1/'; }
+# bench_row LOG: the first row of a `loom bench` table in LOG (a GPU's, with its MFU column) as
+# "STEP_MS TOKENS_PER_S MFU PEAK UNIT"
+bench_row() { awk -F'|' '/^\| *[0-9]/ {print $2, $6, $10, $(NF-1); exit}' "$1"; }
 # worst RUN REF: the largest loss difference of metrics file RUN from REF's, and RUN's last loss
 worst() { paste <(losses "$1") <(losses "$2") |
           awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > w) w = d; l = $1 } END { printf "max |loss - cpu fp32| %.4f, last loss %.4f", w, l }'; }

@@ -38,9 +38,8 @@ for B in 1 2 4 16; do
         "$LOOM" bench --model gpt2 --batch "$B" --seq 1024 --steps 20 --warmup 3 --device cuda --precision bf16 \
             $graphs >"$WORK/bench$B$graphs.log" 2>&1 || { failed=1; row "bench gpt2 B=$B $graphs" "FAIL"; }
     done
-    # the table's row: | step ms | fwd | bwd | opt | tokens/s | ...
-    read -r ms tps < <(awk -F'|' '/^\| *[0-9]/ {print $2, $6; exit}' "$WORK/bench$B.log")
-    read -r gms gtps < <(awk -F'|' '/^\| *[0-9]/ {print $2, $6; exit}' "$WORK/bench$B--cuda-graphs.log")
+    read -r ms tps _ < <(bench_row "$WORK/bench$B.log")
+    read -r gms gtps _ < <(bench_row "$WORK/bench$B--cuda-graphs.log")
     row "gpt2 bf16 B=$B T=1024: launches / --cuda-graphs" \
         "$ms / $gms ms, $tps / $gtps tokens/s, $(awk -v a="$tps" -v b="$gtps" 'BEGIN {printf "%.3fx", b / a}')"
 done

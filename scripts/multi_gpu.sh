@@ -51,8 +51,8 @@ for op in allreduce reduce_scatter allgather alltoall; do # loom / PyTorch busbw
 done
 
 # 3. data parallelism beside PyTorch DDP
-tps() { awk -F'|' '/^\| *[0-9]/ {print $6; exit}' "$1"; } # tokens/s of a loom bench table
-peak() { awk -F'|' '/^\| *[0-9]/ {print $(NF-1); exit}' "$1" | tr -d ' '; }
+tps() { bench_row "$1" | awk '{print $2}'; } # tokens/s of a loom bench table
+peak() { bench_row "$1" | awk '{print $4 $5}'; }
 for m in gpt2 gpt2-medium; do
     B=(--model "$m" --batch 16 --seq 1024 --steps 10 --warmup 3 --device cuda --precision bf16)
     "$LOOM" bench "${B[@]}" >"$OUTDIR/ddp_loom_${m}_1.txt" 2>&1 || failed=1
