@@ -1,7 +1,7 @@
 # The CUDA backend (src/backend/cuda): built when nvcc is found, and the build is then the same
 # as without it plus the .cu files and the NCCL and staged comm backends in loomlib, LOOM_HAVE_CUDA
 # defined, and cudart + cuBLASLt + NCCL linked. Without nvcc (or with -DLOOM_CUDA=OFF) nothing here changes the CPU build.
-# Targets H100/H200: sm_90a and sm_90 machine code (no PTX, so no JIT at start-up).
+# Targets H100/H200: sm_90a machine code (wgmma, TMA; no PTX, so no JIT at start-up).
 option(LOOM_CUDA "build the CUDA backend when nvcc is found" ON)
 set(LOOM_HAVE_CUDA OFF)
 if(NOT LOOM_CUDA)
@@ -21,7 +21,7 @@ if(NOT CMAKE_CUDA_COMPILER)
 endif()
 
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 90a-real 90-real) # -gencode arch=compute_90a,code=sm_90a and 90,90
+  set(CMAKE_CUDA_ARCHITECTURES 90a-real) # -gencode arch=compute_90a,code=sm_90a
 endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)

@@ -10,7 +10,7 @@
 //       backward from the CPU's whole out and lse, dq and dk/dv accumulated on the GPU per chunk
 //       over the pairs, must equal the CPU's whole-sequence dqkv;
 //   merge: GPU against CPU on random partials, with rows of -inf lse on one side and on both.
-// Shapes take the simple kernels (fp32, head sizes 16, 8, 64 with 25 heads) and the tensor-core
+// Shapes take the simple kernels (fp32, head sizes 16, 8, 64 with 25 heads) and the Hopper
 // ones (bf16 at head size 64 and 128), T up to 1024. Exit 77 (ctest: skipped) without a CUDA
 // device; LOOM_CUDA_TEST_QUICK=1 runs the small cases only.
 #include "cuda_test.h"

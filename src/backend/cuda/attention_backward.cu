@@ -2,7 +2,7 @@
 // and (merged) lse, recomputing the probabilities instead of storing them (Dao 2023):
 //   D_i = dO_i . O_i;  P_ij = exp(s_ij - lse_i);  dS_ij = P_ij (dO_i . v_j - D_i)   (key j visible to i)
 //   dq_i += sum_j dS_ij k_j / sqrt(hs);  dk_j += sum_i dS_ij q_i / sqrt(hs);  dv_j += sum_i P_ij dO_i
-// bf16 with hs 64 or 128 runs on tensor cores (attention_backward_tc.cu, whose dq kernel also
+// bf16 with hs 64 or 128 runs on Hopper's tensor cores (attention_backward_wgmma.cu, whose dq kernel also
 // computes D). Everything else puts D in scratch first (one warp per row), then runs the two
 // simple kernels here, one warp per row, as the simple forward: dq walks the keys [0, n) its query
 // row i sees, dkv walks the queries [j - delta, Tq) that see its key row j. Each output element
@@ -142,7 +142,7 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
     LOOM_CHECK(loom_numel(&dq) == loom_numel(&q) && loom_numel(&dkv) == loom_numel(&kv) &&
                loom_numel(&dout) == loom_numel(&out));
     int64_t rows = (int64_t)d.B * d.NH * d.Tq;
-    float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));
+    float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float) + 2 * sizeof(int)); // + the Hopper kernels' counters
     const float *l = (const float *)lse.data;
     if (!d.add && d.delta < d.Tk - d.Tq) { // some key row no query sees, which the kernels skip: zero, then add
         size_t es = bf ? 2 : 4;
@@ -151,11 +151,11 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
                                      2 * (size_t)d.C * es, (size_t)d.B * d.Tk, cu->stream));
         d.add = 1;
     }
-    if (attn_use_tc(be, d) && attn_aligned16(q.data) && attn_aligned16(kv.data) && attn_aligned16(dq.data) &&
+    if (attn_use_wgmma(be, d) && attn_aligned16(q.data) && attn_aligned16(kv.data) && attn_aligned16(dq.data) &&
         attn_aligned16(dkv.data) && attn_aligned16(dout.data) && attn_aligned16(out.data)) { // computes D itself
-        attention_backward_tc(cu, d, (__nv_bfloat16 *)dq.data, (__nv_bfloat16 *)dkv.data,
-                              (const __nv_bfloat16 *)dout.data, (const __nv_bfloat16 *)q.data,
-                              (const __nv_bfloat16 *)kv.data, (const __nv_bfloat16 *)out.data, l, D);
+        attention_backward_wgmma(cu, d, (__nv_bfloat16 *)dq.data, (__nv_bfloat16 *)dkv.data,
+                                 (const __nv_bfloat16 *)dout.data, (const __nv_bfloat16 *)q.data,
+                                 (const __nv_bfloat16 *)kv.data, (const __nv_bfloat16 *)out.data, l, D, (int *)(D + rows));
         return;
     }
     attention_backward_d_kernel<<<(unsigned)((rows + AB_WARPS - 1) / AB_WARPS), 32 * AB_WARPS, 0, cu->stream>>>(

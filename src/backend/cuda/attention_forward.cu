@@ -1,7 +1,7 @@
 // Attention forward (backend.h): out (B,Tq,C) = softmax(q k^T / sqrt(hs)) v per head over the keys
 // each query row sees, and lse (B,NH,Tq) fp32, without the (Tq,Tk) matrix; and the merge of two
 // partial results by their lse.
-// bf16 with hs 64 or 128 runs on tensor cores (attention_forward_tc.cu). Everything else (fp32
+// bf16 with hs 64 or 128 runs on Hopper's tensor cores (attention_forward_wgmma.cu). Everything else (fp32
 // mode, other head sizes) runs the simple kernel here: one warp per query row i, walking its
 // visible keys [0, n) 32 at a time (a key per lane) with an online softmax (Milakov & Gimelshein
 // 2018):
@@ -62,9 +62,9 @@ extern "C" void cuda_attention_forward(loom_backend *be, loom_tensor out, loom_t
                                        loom_tensor kv, int NH, loom_attn_span span) {
     loom_cuda *cu = cuda_of(be);
     attn_dims d = attn_check(be, out, lse, q, kv, NH, span);
-    if (attn_use_tc(be, d) && attn_aligned16(q.data) && attn_aligned16(kv.data) && attn_aligned16(out.data)) {
-        attention_forward_tc(cu, d, (__nv_bfloat16 *)out.data, (float *)lse.data, (const __nv_bfloat16 *)q.data,
-                             (const __nv_bfloat16 *)kv.data);
+    if (attn_use_wgmma(be, d) && attn_aligned16(q.data) && attn_aligned16(kv.data) && attn_aligned16(out.data)) {
+        attention_forward_wgmma(cu, d, (__nv_bfloat16 *)out.data, (float *)lse.data, (const __nv_bfloat16 *)q.data,
+                                (const __nv_bfloat16 *)kv.data);
         return;
     }
     LOOM_CHECK(d.hs <= AS_MAX_HS);

@@ -176,6 +176,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
     LOOM_TRY(cuda_pick_device(device_index, &device));
     loom_cuda *cu = (loom_cuda *)loom_xcalloc(1, sizeof *cu);
     cu->device = device;
+    CUDA_CHECK(cudaDeviceGetAttribute(&cu->sms, cudaDevAttrMultiProcessorCount, device));
     const char *debug = getenv("LOOM_CUDA_DEBUG");
     cu->debug = debug && strcmp(debug, "0") != 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));

@@ -42,6 +42,7 @@ extern "C" {
 typedef struct {
     loom_backend base;        // first member: a loom_backend * of this backend is a loom_cuda *
     int device;
+    int sms;                  // multiprocessors (the persistent kernels' grid)
     cudaStream_t stream;      // every op and copy runs on it, in order
     cublasLtHandle_t lt;
     void *workspace;          // cuBLASLt workspace

@@ -1,0 +1,128 @@
+// Attention forward on Hopper (sm_90a) for bf16 with head size HS = 64 or 128, in the design of
+// FlashAttention-3 (Shah et al. 2024, Algorithm 1) and the block skeleton of attention_wgmma.cuh:
+// warpgroup products (wgmma) on tiles that the copy engine (TMA) brings into shared memory.
+//
+// Work item: a query tile of 128 rows of one (b, h). The producer copies its Q once, then the K
+// and V tiles (128 keys each) its last row sees (attention.cuh: [0, q0 + 128 + delta), at most
+// Tk). Each consumer warpgroup (64 of the rows), per key tile that some of its rows see:
+//   S = Q K^T (64 x 128, fp32 in registers; both operands in shared memory, K-major)
+//   mask (key > row + delta or key >= Tk: -inf) on tiles crossing the warpgroup's diagonal or the
+//   keys' end; online softmax in base 2 as attention_forward.cu's simple kernel does it in base e
+//   (m in raw score units, the scale folded into one FMA: P = 2^(S c - m' c), c = log2(e)/sqrt(HS))
+//   O = O 2^((m-m') c) + P V (P rounded to bf16 as the register A operand; V N-major)
+// then O /= l, lse = m / sqrt(HS) + ln l (a row that saw no key: O = 0, lse = -inf), stored from
+// the accumulator registers; rows past Tq are not stored. Rows past Tq and keys past Tk arrive as
+// zeros (the tensor maps' bounds), and are masked.
+#include "backend/cuda/attention_wgmma.cuh"
+
+#define FW_KEYS 128 // keys per tile
+#define FW_STAGES 2 // K/V tiles in flight
+
+template <int HS>
+__global__ void __launch_bounds__(ATT_WG_THREADS, 1)
+attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mkv,
+                               bf16 *out, float *lse, int *counter, attn_dims d, float sl2) {
+    extern __shared__ unsigned char fw_raw[];
+    const att_smem<HS, 1, FW_KEYS, FW_STAGES> sm(fw_raw);
+    int Tq = d.Tq, ntiles = (Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
+    if (sm.producer(total, counter, [&](int item) {
+            att_place p = att_tile_at(d, item, ntiles, true);
+            int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
+            int nkt = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + FW_KEYS - 1) / FW_KEYS;
+            return att_job{{{&mq, h * HS}, {}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nkt, p.bh / d.NH};
+        }))
+        return;
+    int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
+    int j = 0; // key tiles of the block's earlier items
+    for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
+        att_place p = att_tile_at(d, item, ntiles, true);
+        int q0 = p.tile * ATT_WG_ROWS, nkt = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + FW_KEYS - 1) / FW_KEYS;
+        int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
+        int nkw = r0 < Tq ? (att_visible(d, min(r0 + 63, Tq - 1)) + FW_KEYS - 1) / FW_KEYS : 0; // tiles it sees
+        float o[HS / 2] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+        for (int jj = 0; jj < nkt; jj++, j++) {
+            sm.wait(j, 0);
+            if (jj < nkw) {
+                float sc[FW_KEYS / 2];
+                wg_fence();
+                att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), FW_KEYS); // S = Q K^T
+                wg_commit();
+                wg_wait<0>();
+                wg_hold(sc);
+                int k0 = jj * FW_KEYS;
+                if (k0 + FW_KEYS - 1 > r0 + d.delta || k0 + FW_KEYS > d.Tk) // crosses the diagonal or the keys' end
+#pragma unroll
+                    for (int i = 0; i < FW_KEYS / 8; i++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int row = rw + 8 * (e >> 1), key = k0 + 8 * i + 2 * t + (e & 1);
+                            if (key > row + d.delta || key >= d.Tk) sc[4 * i + e] = -INFINITY;
+                        }
+#pragma unroll
+                for (int r = 0; r < 2; r++) { // a row's 128 scores are spread over a quad's 4 lanes
+                    float mx = m[r];
+#pragma unroll
+                    for (int i = 0; i < FW_KEYS / 8; i++) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * r], sc[4 * i + 2 * r + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    float msc = mx == -INFINITY ? 0.0f : mx * sl2; // a row with nothing visible yet
+                    float corr = att_exp2(m[r] * sl2 - msc), sum = 0.0f;
+                    m[r] = mx;
+#pragma unroll
+                    for (int i = 0; i < FW_KEYS / 8; i++)
+#pragma unroll
+                        for (int e = 2 * r; e < 2 * r + 2; e++) {
+                            sc[4 * i + e] = att_exp2(fmaf(sc[4 * i + e], sl2, -msc));
+                            sum += sc[4 * i + e];
+                        }
+                    l[r] = l[r] * corr + sum;
+#pragma unroll
+                    for (int i = 0; i < HS / 8; i++) o[4 * i + 2 * r] *= corr, o[4 * i + 2 * r + 1] *= corr;
+                }
+                uint32_t pa[FW_KEYS / 16][4];
+                att_frags<FW_KEYS>(pa, sc);
+                sm.wait(j, 1);
+                wg_hold(o);
+                wg_fence();
+                att_product_rs<HS, FW_KEYS>(o, pa, sm.stage_op(j, 1), FW_KEYS); // O += P V
+                wg_commit();
+                wg_wait<0>();
+                wg_hold(o);
+            } else {
+                sm.wait(j, 1); // released only once both copies have landed
+            }
+            sm.release(j);
+        }
+        sm.release_own(k);
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float L = l[r];
+            L += __shfl_xor_sync(0xffffffffu, L, 1);
+            L += __shfl_xor_sync(0xffffffffu, L, 2);
+            inv[r] = L > 0.0f ? 1.0f / L : 0.0f; // a row that saw no key: O = 0
+            int row = rw + 8 * r;
+            if (t == 0 && row < Tq) lse[(int64_t)p.bh * Tq + row] = L > 0.0f ? (m[r] * sl2 + __log2f(L)) * ATT_LN2 : -INFINITY;
+        }
+        att_store<HS>(out + p.o, d.C, o, inv, r0, Tq, false);
+    }
+}
+
+template <int HS>
+static void launch_forward(loom_cuda *cu, attn_dims d, bf16 *out, float *lse, const bf16 *q, const bf16 *kv) {
+    int total = (d.Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS * d.B * d.NH, *counter = (int *)cuda_scratch(cu, sizeof(int));
+    int smem = (int)att_smem<HS, 1, FW_KEYS, FW_STAGES>::bytes;
+    CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, ATT_WG_ROWS), mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, FW_KEYS);
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
+    attention_forward_wgmma_kernel<HS><<<att_grid(cu, total, counter), ATT_WG_THREADS, smem, cu->stream>>>(
+        mq, mkv, out, lse, counter, d, ATT_LOG2E / sqrtf((float)HS));
+    CUDA_LAUNCH_CHECK();
+}
+
+void attention_forward_wgmma(loom_cuda *cu, attn_dims d, bf16 *out, float *lse, const bf16 *q, const bf16 *kv) {
+    if (d.hs == 64)
+        launch_forward<64>(cu, d, out, lse, q, kv);
+    else
+        launch_forward<128>(cu, d, out, lse, q, kv);
+}
