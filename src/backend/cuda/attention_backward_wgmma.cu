@@ -48,20 +48,21 @@ attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const
     const att_smem<HS, 2, DQ_STEP, BW_STAGES> sm(bw_raw);
     const attn_dims &d = a.d;
     int Tq = d.Tq, ntiles = (Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
-    if (sm.producer(total, a.counter, [&](int item) {
-            att_place p = att_tile_at(d, item, ntiles, true);
-            int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-            int nst = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + DQ_STEP - 1) / DQ_STEP;
-            return att_job{{{&mq, h * HS}, {&mdo, h * HS}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nst,
-                           p.bh / d.NH};
-        }))
-        return;
+    // an item's copies: its Q and dO tiles (rows q0..), then the K and V tiles its last row sees
+    auto plan = [&](int item) {
+        att_place p = att_tile_at(d, item, ntiles, true);
+        int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
+        int nst = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + DQ_STEP - 1) / DQ_STEP;
+        return att_job{{{&mq, h * HS}, {&mdo, h * HS}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nst, p.bh / d.NH};
+    };
+    if (sm.producer(total, a.counter, plan)) return;
     int w = threadIdx.x / 128 - 1; // the consumer warpgroup (0 or 1)
     int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     int j = 0; // key tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
         att_place p = att_tile_at(d, item, ntiles, true);
-        int q0 = p.tile * ATT_WG_ROWS, nst = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + DQ_STEP - 1) / DQ_STEP;
+        att_job job = plan(item);
+        int q0 = job.own_row, nst = job.n;
         int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
         // D of row r0 + tid/2 from half a row of dO and O each (lanes 2x, 2x+1 of a warp share row x)
         int drow = r0 + threadIdx.x % 128 / 2;
@@ -139,20 +140,21 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
     const att_smem<HS, 2, BW_STEP, BW_STAGES> sm(bw_raw);
     const attn_dims &d = a.d;
     int Tq = d.Tq, ntiles = (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
-    if (sm.producer(total, a.counter + 1, [&](int item) {
-            att_place p = att_tile_at(d, item, ntiles, false);
-            int h = p.bh % d.NH, k0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-            int qs = min(max(k0 - d.delta, 0), Tq), nst = (Tq - qs + BW_STEP - 1) / BW_STEP;
-            return att_job{{{&mkv, kcol}, {&mkv, kcol + d.C}}, {{&mq, h * HS}, {&mdo, h * HS}}, k0, qs, nst,
-                           p.bh / d.NH};
-        }))
-        return;
+    // an item's copies: its K and V tiles (rows k0..), then the Q and dO tiles from the first query
+    // that sees k0 (qs) to Tq
+    auto plan = [&](int item) {
+        att_place p = att_tile_at(d, item, ntiles, false);
+        int h = p.bh % d.NH, k0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
+        int qs = min(max(k0 - d.delta, 0), Tq), nst = (Tq - qs + BW_STEP - 1) / BW_STEP;
+        return att_job{{{&mkv, kcol}, {&mkv, kcol + d.C}}, {{&mq, h * HS}, {&mdo, h * HS}}, k0, qs, nst, p.bh / d.NH};
+    };
+    if (sm.producer(total, a.counter + 1, plan)) return;
     int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
     int j = 0; // query tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
         att_place p = att_tile_at(d, item, ntiles, false);
-        int k0 = p.tile * ATT_WG_ROWS; // query tiles from the first that sees k0:
-        int qs = min(max(k0 - d.delta, 0), Tq), nst = (Tq - qs + BW_STEP - 1) / BW_STEP;
+        att_job job = plan(item);
+        int k0 = job.own_row, qs = job.row0, nst = job.n;
         int kw = k0 + 64 * w, rk = att_wg_row(kw); // the warpgroup's first key; the thread's keys rk, rk + 8
         const float *lse = a.lse + (int64_t)p.bh * Tq, *D = a.D + (int64_t)p.bh * Tq;
         float dk[HS / 2] = {}, dv[HS / 2] = {};

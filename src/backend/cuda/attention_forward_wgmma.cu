@@ -25,18 +25,20 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
     extern __shared__ unsigned char fw_raw[];
     const att_smem<HS, 1, FW_KEYS, FW_STAGES> sm(fw_raw);
     int Tq = d.Tq, ntiles = (Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
-    if (sm.producer(total, counter, [&](int item) {
-            att_place p = att_tile_at(d, item, ntiles, true);
-            int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-            int nkt = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + FW_KEYS - 1) / FW_KEYS;
-            return att_job{{{&mq, h * HS}, {}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nkt, p.bh / d.NH};
-        }))
-        return;
+    // an item's copies: its Q tile (rows q0..), then the K and V tiles its last row sees
+    auto plan = [&](int item) {
+        att_place p = att_tile_at(d, item, ntiles, true);
+        int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
+        int nkt = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + FW_KEYS - 1) / FW_KEYS;
+        return att_job{{{&mq, h * HS}, {}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nkt, p.bh / d.NH};
+    };
+    if (sm.producer(total, counter, plan)) return;
     int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
     int j = 0; // key tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
         att_place p = att_tile_at(d, item, ntiles, true);
-        int q0 = p.tile * ATT_WG_ROWS, nkt = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + FW_KEYS - 1) / FW_KEYS;
+        att_job job = plan(item);
+        int q0 = job.own_row, nkt = job.n;
         int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
         int nkw = r0 < Tq ? (att_visible(d, min(r0 + 63, Tq - 1)) + FW_KEYS - 1) / FW_KEYS : 0; // tiles it sees
         float o[HS / 2] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
