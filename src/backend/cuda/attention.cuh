@@ -85,11 +85,13 @@ __device__ __forceinline__ att_place att_row_place(const attn_dims &d, int warps
 // attention_forward_wgmma.cu: out, lse as cuda_attention_forward
 void attention_forward_wgmma(loom_cuda *cu, attn_dims d, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
                              const __nv_bfloat16 *kv);
-// attention_backward_wgmma.cu: dq +=, dkv += (shaped as q, kv); D (B,NH,Tq): scratch for
-// rowsum(dout * out) per head, which the dq kernel computes and writes; counter: 2 ints of scratch
+// attention_backward_wgmma.cu: dq +=, dkv += (shaped as q, kv), with `scratch` of
+// attention_backward_wgmma_scratch(d) bytes (16-byte aligned) for what the dq kernel computes for
+// the dkv kernel (rowsum(dout * out) per row) and the kernels' work counters
+size_t attention_backward_wgmma_scratch(attn_dims d);
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, __nv_bfloat16 *dq, __nv_bfloat16 *dkv,
                               const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *kv,
-                              const __nv_bfloat16 *out, const float *lse, float *D, int *counter);
+                              const __nv_bfloat16 *out, const float *lse, void *scratch);
 
 // ---- register fragments (PTX ISA: the bf16 A fragment of mma.m16n8k16 / wgmma.m64nNk16) ----
 // Lane = 4 * g + t (g = groupID 0..7, t = thread in group 0..3). An accumulator n-tile (16x8
@@ -108,12 +110,4 @@ __device__ __forceinline__ float att_exp2(float x) { // MUFU.EX2; 2^-inf = 0
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-// A fragment k-step kk (k = 16kk..16kk+15) from the C fragments of n-tiles 2kk and 2kk+1
-__device__ __forceinline__ void frag_c_to_a(uint32_t a[4], const float s0[4], const float s1[4]) {
-    a[0] = pack_bf16(s0[0], s0[1]);
-    a[1] = pack_bf16(s0[2], s0[3]);
-    a[2] = pack_bf16(s1[0], s1[1]);
-    a[3] = pack_bf16(s1[2], s1[3]);
 }

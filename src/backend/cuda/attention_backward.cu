@@ -142,7 +142,6 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
     LOOM_CHECK(loom_numel(&dq) == loom_numel(&q) && loom_numel(&dkv) == loom_numel(&kv) &&
                loom_numel(&dout) == loom_numel(&out));
     int64_t rows = (int64_t)d.B * d.NH * d.Tq;
-    float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float) + 2 * sizeof(int)); // + the Hopper kernels' counters
     const float *l = (const float *)lse.data;
     if (!d.add && d.delta < d.Tk - d.Tq) { // some key row no query sees, which the kernels skip: zero, then add
         size_t es = bf ? 2 : 4;
@@ -155,9 +154,11 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
         attn_aligned16(dkv.data) && attn_aligned16(dout.data) && attn_aligned16(out.data)) { // computes D itself
         attention_backward_wgmma(cu, d, (__nv_bfloat16 *)dq.data, (__nv_bfloat16 *)dkv.data,
                                  (const __nv_bfloat16 *)dout.data, (const __nv_bfloat16 *)q.data,
-                                 (const __nv_bfloat16 *)kv.data, (const __nv_bfloat16 *)out.data, l, D, (int *)(D + rows));
+                                 (const __nv_bfloat16 *)kv.data, (const __nv_bfloat16 *)out.data, l,
+                                 cuda_scratch(cu, attention_backward_wgmma_scratch(d)));
         return;
     }
+    float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));
     attention_backward_d_kernel<<<(unsigned)((rows + AB_WARPS - 1) / AB_WARPS), 32 * AB_WARPS, 0, cu->stream>>>(
         D, dout.data, out.data, d.Tq, d.NH, d.hs, rows, bf);
     CUDA_LAUNCH_CHECK();

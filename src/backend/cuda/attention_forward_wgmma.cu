@@ -95,7 +95,6 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
             }
             sm.release(j);
         }
-        sm.release_own(k);
         float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {

@@ -6,18 +6,23 @@
 //
 // Blocks are persistent (one an SM) and take work items (own tiles) from a counter as they finish
 // the last (most work first, att_tile_at), so that no SM idles while another has items queued.
-// The producer hands each item's index to the consumers through one shared-memory slot between
-// two named barriers (item_full: written; item_empty: read, so the next may be written), and
-// copies the next item's own operands into the other of two buffers while the consumers work on
-// this one's: the copies of one item overlap the products and stores of the last.
+// Item k of a block starts at a named barrier (ATT_ITEM_START) of the producer warp and the
+// consumers: before it the producer has written item k+1's index into one of three slots (the
+// consumers read item k's after it; the slot written before barrier k was last read before barrier
+// k-1), issued item k's own operands and its first streamed tiles; after it, the producer copies
+// item k+1's own operands into the other of two buffers (item k-1's, which the consumers finished
+// before the barrier) while the consumers work on item k: the copies of one item overlap the
+// products and stores of the last. Every shared-memory hand-off is a barrier both sides sync on
+// (bar.sync, mbarrier), which compute-sanitizer's racecheck orders.
 // Shared memory (att_smem): two buffers of NOWN "own" operands of 128 rows x HS (Q, or Q and dO,
 // or K and V), one an item; then STAGES stages of two streamed operands of ROWS rows x HS (K and
-// V, or Q and dO) that the block walks tile by tile; then the transaction barriers: per own
-// buffer own_full (its operands landed) and own_empty (the 8 consumer warps are done with them),
-// per stage full[0], full[1] (each streamed operand landed) and empty (the 8 consumer warps are
-// done with the stage); then the item slot. Every operand is HS/64 tiles of rows x 64 columns,
-// 128-byte swizzled (hopper.cuh). Consumers wait on every stage, use it or not, and release it:
-// a stage is refilled only after both of its copies landed and every consumer warp let it go.
+// V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
+// streamed queries' -lse log2(e) and D, by bulk copies); then the transaction barriers: per own buffer own_full (its
+// operands landed), per stage full[0] (operand 0 and the vectors landed), full[1] (operand 1) and
+// empty (the 8 consumer warps are done with the stage); then the item slots. Every operand is
+// HS/64 tiles of rows x 64 columns, 128-byte swizzled (hopper.cuh). Consumers wait on every stage,
+// use it or not, and release it: a stage is refilled only after both of its copies landed and
+// every consumer warp let it go.
 #pragma once
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/hopper.cuh"
@@ -25,46 +30,52 @@
 #define ATT_WG_ROWS 128 // own rows a block (2 consumer warpgroups x 64)
 #define ATT_WG_THREADS 384
 #define ATT_ITEM_THREADS (32 + 256) // the producer warp and the two consumer warpgroups
-#define ATT_ITEM_FULL 1             // named barrier ids
-#define ATT_ITEM_EMPTY 2
+#define ATT_ITEM_START 1            // named barrier id
 
 typedef struct {
     const CUtensorMap *map; // the tensor (hopper_tensor_map)
     int col;                // the operand's first column in it (head h's)
 } att_src;
-
 // A work item as the producer copies it: b, the own operands (at most 2) from row own_row, and n
-// streamed tiles from rows row0 + i ROWS.
+// streamed tiles from rows row0 + i ROWS, with their values of the vectors (vec[v] + i ROWS: 16-byte
+// aligned, readable ROWS past the last tile's first row).
 typedef struct {
     att_src own[2], src[2];
     int own_row, row0, n, b;
+    const float *vec[2];
 } att_job;
 
-template <int HS, int NOWN, int ROWS, int STAGES> struct att_smem {
+template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem {
     static constexpr int NC = HS / 64;                    // 64-column tiles of an operand
     static constexpr int OWN = NC * ATT_WG_ROWS * 128;    // bytes of an own operand
     static constexpr int TILE = NC * ROWS * 128;          // bytes of a streamed operand
-    static constexpr size_t bytes = (size_t)2 * NOWN * OWN + (size_t)STAGES * 2 * TILE + (4 + 3 * STAGES) * 8 + 8 + 1024;
-    unsigned char *own, *stages;
-    uint64_t *own_full, *own_empty, *full0, *full1, *empty;
-    int *item; // the index of the work item the consumers take next
+    static constexpr int VEC = ROWS * 4;                  // bytes of a streamed vector (a multiple of 128)
+    // byte offsets from the 1024-aligned base: the own buffers, the stages, the vectors, the
+    // barriers (own_full[2], full0[STAGES], full1[STAGES], empty[STAGES]), the item slots
+    static constexpr int STAGES_AT = 2 * NOWN * OWN, VECS_AT = STAGES_AT + STAGES * 2 * TILE;
+    static constexpr int BARS_AT = VECS_AT + STAGES * NVEC * VEC, ITEM_AT = BARS_AT + (2 + 3 * STAGES) * 8;
+    static constexpr size_t bytes = (size_t)ITEM_AT + 3 * 4 + 1024; // + the alignment of the base
+    unsigned char *base; // the only member: every address is a constant offset from it
 
-    __device__ __forceinline__ explicit att_smem(unsigned char *raw) {
-        own = (unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
-        stages = own + 2 * NOWN * OWN;
-        own_full = (uint64_t *)(stages + STAGES * 2 * TILE);
-        own_empty = own_full + 2, full0 = own_full + 4, full1 = full0 + STAGES, empty = full1 + STAGES;
-        item = (int *)(empty + STAGES);
-    }
+    __device__ __forceinline__ explicit att_smem(unsigned char *raw)
+        : base((unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023)) {}
     // own operand i of the block's k-th item
-    __device__ __forceinline__ unsigned char *own_op(int k, int i) const { return own + ((k & 1) * NOWN + i) * OWN; }
+    __device__ __forceinline__ unsigned char *own_op(int k, int i) const { return base + ((k & 1) * NOWN + i) * OWN; }
     __device__ __forceinline__ unsigned char *stage_op(int j, int which) const {
-        return stages + (j % STAGES * 2 + which) * TILE;
+        return base + STAGES_AT + (j % STAGES * 2 + which) * TILE;
     }
+    __device__ __forceinline__ float *stage_vec(int j, int v) const {
+        return (float *)(base + VECS_AT + (j % STAGES * NVEC + v) * VEC);
+    }
+    __device__ __forceinline__ uint64_t *bar(int i) const { return (uint64_t *)(base + BARS_AT) + i; }
+    __device__ __forceinline__ uint64_t *own_full(int k) const { return bar(k & 1); }
+    __device__ __forceinline__ uint64_t *full(int j, int which) const { return bar(2 + which * STAGES + j % STAGES); }
+    __device__ __forceinline__ uint64_t *empty(int j) const { return bar(2 + 2 * STAGES + j % STAGES); }
+    __device__ __forceinline__ int *item(int k) const { return (int *)(base + ITEM_AT) + k % 3; }
     // thread 0, then every thread past a barrier
     __device__ __forceinline__ void init() const {
-        for (int b = 0; b < 2; b++) mbar_init(own_full + b, 1), mbar_init(own_empty + b, 8);
-        for (int s = 0; s < STAGES; s++) mbar_init(full0 + s, 1), mbar_init(full1 + s, 1), mbar_init(empty + s, 8);
+        for (int i = 0; i < 2 + 2 * STAGES; i++) mbar_init(bar(i), 1); // own_full, full0, full1
+        for (int s = 0; s < STAGES; s++) mbar_init(empty(s), 8);
         mbar_fence_init();
     }
     // Every thread of the block, first: thread 0 sets the barriers up; the producer warpgroup
@@ -83,63 +94,62 @@ template <int HS, int NOWN, int ROWS, int STAGES> struct att_smem {
     }
     // The producer warp (its lane 0 copies): work items blockIdx.x, then the next one that
     // *counter hands out (counter zero at launch), until `total`; plan(item) says what to copy for
-    // it. The k-th item's own operands go to buffer k % 2 once the consumers let item k - 2's go;
-    // the streamed tiles go through the stages, whose phases run on across items (j counts the
-    // block's tiles).
+    // it. The k-th item's own operands go to buffer k % 2; the streamed tiles go through the
+    // stages, whose phases run on across items (j counts the block's tiles).
     template <class Plan> __device__ void produce(int total, int *counter, Plan plan) const {
-        bool leader = threadIdx.x == 0;
-        int next = (int)blockIdx.x, j = 0;
-        for (int k = 0;; k++) {
-            if (k > 0) named_sync<ATT_ITEM_THREADS>(ATT_ITEM_EMPTY); // item k - 1 read
-            if (leader) *item = next;
-            named_arrive<ATT_ITEM_THREADS>(ATT_ITEM_FULL);
-            if (next >= total) return; // the consumers read that there is no more work
-            att_job job = plan(next);
-            int taken = leader ? atomicAdd(counter, 1) : 0;
-            next = (int)gridDim.x + __shfl_sync(0xffffffffu, taken, 0);
-            uint64_t *full = own_full + (k & 1);
-            if (k >= 2) mbar_wait(own_empty + (k & 1), ((k >> 1) - 1) & 1);
-            if (leader) {
-                mbar_expect(full, NOWN * OWN);
-                for (int i = 0; i < NOWN; i++)
-                    for (int c = 0; c < NC; c++)
-                        tma_load(own_op(k, i) + c * ATT_WG_ROWS * 128, job.own[i].map, job.own[i].col + 64 * c,
-                                 job.own_row, job.b, full);
-            }
-            for (int i = 0; i < job.n; i++, j++) {
-                int s = j % STAGES;
-                if (j >= STAGES) mbar_wait(empty + s, (j / STAGES - 1) & 1); // tile j - STAGES released
-                for (int w = 0; leader && w < 2; w++) {
-                    uint64_t *bar = (w ? full1 : full0) + s;
-                    mbar_expect(bar, TILE);
-                    for (int c = 0; c < NC; c++)
-                        tma_load(stage_op(j, w) + c * ROWS * 128, job.src[w].map, job.src[w].col + 64 * c,
-                                 job.row0 + i * ROWS, job.b, bar);
-                }
-            }
+        int cur = (int)blockIdx.x, j = 0; // blockIdx.x < total (att_grid)
+        if (threadIdx.x == 0) *item(0) = cur;
+        load_own(0, plan(cur));
+        for (int k = 0; cur < total; k++) {
+            att_job job = plan(cur);
+            int first = min(job.n, STAGES);
+            for (int i = 0; i < first; i++) load_tile(job, i, j + i);
+            int taken = threadIdx.x == 0 ? atomicAdd(counter, 1) : 0;
+            int next = (int)gridDim.x + __shfl_sync(0xffffffffu, taken, 0);
+            if (threadIdx.x == 0) *item(k + 1) = next;
+            named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // item k starts
+            if (next < total) load_own(k + 1, plan(next));
+            for (int i = first; i < job.n; i++) load_tile(job, i, j + i);
+            j += job.n, cur = next;
         }
+        named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // the consumers read that there is no more work
+    }
+    // Lane 0: the own operands of the block's k-th item into buffer k % 2.
+    __device__ __forceinline__ void load_own(int k, const att_job &job) const {
+        if (threadIdx.x != 0) return;
+        mbar_expect(own_full(k), NOWN * OWN);
+        for (int i = 0; i < NOWN; i++)
+            for (int c = 0; c < NC; c++)
+                tma_load(own_op(k, i) + c * ATT_WG_ROWS * 128, job.own[i].map, job.own[i].col + 64 * c, job.own_row,
+                         job.b, own_full(k));
+    }
+    // The producer warp: streamed tile i of an item, the block's j-th, once tile j - STAGES is released.
+    __device__ __forceinline__ void load_tile(const att_job &job, int i, int j) const {
+        if (j >= STAGES) mbar_wait(empty(j), (j / STAGES - 1) & 1);
+        if (threadIdx.x != 0) return;
+        for (int w = 0; w < 2; w++) {
+            mbar_expect(full(j, w), TILE + (w ? 0 : NVEC * VEC));
+            for (int c = 0; c < NC; c++)
+                tma_load(stage_op(j, w) + c * ROWS * 128, job.src[w].map, job.src[w].col + 64 * c, job.row0 + i * ROWS,
+                         job.b, full(j, w));
+        }
+        for (int v = 0; v < NVEC; v++) bulk_load(stage_vec(j, v), job.vec[v] + i * ROWS, VEC, full(j, 0));
     }
     // Consumers: the block's k-th work item (>= total: none left), once its own operands landed;
-    // let them go (every thread of the warp calls, after its last product reading them); the
-    // same for streamed operand `which` of the block's j-th streamed tile.
+    // streamed operand `which` of the block's j-th streamed tile (0: with the vectors), once it
+    // landed; let the tile go (every thread of the warp calls, after its last product reading it).
     __device__ __forceinline__ int next_item(int k, int total) const {
-        named_sync<ATT_ITEM_THREADS>(ATT_ITEM_FULL);
-        int it = *item;
-        if (it >= total) return it;
-        named_arrive<ATT_ITEM_THREADS>(ATT_ITEM_EMPTY);
-        mbar_wait(own_full + (k & 1), (k >> 1) & 1);
+        named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START);
+        int it = *item(k);
+        if (it < total) mbar_wait(own_full(k), (k >> 1) & 1);
         return it;
     }
-    __device__ __forceinline__ void release_own(int k) const {
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(own_empty + (k & 1));
-    }
     __device__ __forceinline__ void wait(int j, int which) const {
-        mbar_wait((which ? full1 : full0) + j % STAGES, (j / STAGES) & 1);
+        mbar_wait(full(j, which), (j / STAGES) & 1);
     }
     __device__ __forceinline__ void release(int j) const {
         __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(empty + j % STAGES);
+        if (threadIdx.x % 32 == 0) mbar_arrive(empty(j));
     }
 };
 
@@ -153,10 +163,15 @@ static inline unsigned att_grid(loom_cuda *cu, int total, int *counter) {
 // The consumer's two rows of an accumulator (64 x N, hopper.cuh): rows row0 + 16 warp + g and + 8.
 __device__ __forceinline__ int att_wg_row(int row0) { return row0 + 16 * (threadIdx.x / 32 % 4) + threadIdx.x % 32 / 4; }
 
-// P as register A fragments: k-step kk (16 columns) from accumulator n-tiles 2kk and 2kk+1.
+// P as register A fragments: k-step kk (16 columns) from accumulator n-tiles 2kk and 2kk+1;
+// att_frag_put puts n-tile i (its 4 values v) in place, att_frags every n-tile of acc.
+template <int K> __device__ __forceinline__ void att_frag_put(uint32_t (&a)[K][4], int i, const float *v) {
+    a[i / 2][2 * (i & 1)] = pack_bf16(v[0], v[1]);
+    a[i / 2][2 * (i & 1) + 1] = pack_bf16(v[2], v[3]);
+}
 template <int N> __device__ __forceinline__ void att_frags(uint32_t (&a)[N / 16][4], const float (&acc)[N / 2]) {
 #pragma unroll
-    for (int kk = 0; kk < N / 16; kk++) frag_c_to_a(a[kk], acc + 8 * kk, acc + 8 * kk + 4);
+    for (int i = 0; i < N / 8; i++) att_frag_put(a, i, acc + 4 * i);
 }
 
 // d (64 x N) += A B with A (64 x K) register fragments and B (K x N) an N-major operand in shared

@@ -133,6 +133,13 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int 
                  ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(b), "r"(smem_addr(bar))
                  : "memory");
 }
+// Copies `bytes` (a multiple of 16) from src in global memory to dst, both 16-byte aligned,
+// completing them on bar (a bulk copy without a tensor map: no bounds, no swizzle).
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
 // Named barriers (ids 1-15; 0 is __syncthreads) among `threads` threads, whole warps: sync waits for
 // them all, arrive counts in and goes on. They order the shared-memory accesses around them.
 template <int THREADS> __device__ __forceinline__ void named_sync(int id) {
