@@ -17,9 +17,10 @@
 // Shared memory (att_smem): two buffers of NOWN "own" operands of 128 rows x HS (Q, or Q and dO,
 // or K and V), one an item; then STAGES stages of two streamed operands of ROWS rows x HS (K and
 // V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
-// streamed queries' -lse log2(e) and D, by bulk copies); then the transaction barriers: per own buffer own_full (its
-// operands landed), per stage full[0] (operand 0 and the vectors landed), full[1] (operand 1) and
-// empty (the 8 consumer warps are done with the stage); then the item slots. Every operand is
+// streamed queries' -lse log2(e) and D, by bulk copies); then the transaction barriers: per own
+// buffer own_full (its operands landed), per stage full[0] (operand 0 and the vectors landed),
+// full[1] (operand 1) and empty (the 8 consumer warps are done with the stage); then the item
+// slots. Every operand is
 // HS/64 tiles of rows x 64 columns, 128-byte swizzled (hopper.cuh). Consumers wait on every stage,
 // use it or not, and release it: a stage is refilled only after both of its copies landed and
 // every consumer warp let it go.
