@@ -18,15 +18,51 @@
 #include "core/status.h"
 #include "core/tensor.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 typedef struct loom_backend loom_backend;
 
+// The per-step values of an update held in backend memory, so that a step recorded once (CUDA
+// graphs) reads each replay's own instead of the values it was recorded with. The host writes
+// its part for the coming step (loom_adamw_scalars; the device's part zero) and the step copies
+// it in; the step's ops then fill in the device's part.
+typedef struct {
+    // the host's
+    float lr;
+    float bc1, bc2;   // the bias corrections loom_adamw_bias(beta1, t), loom_adamw_bias(beta2, t)
+    int64_t t;        // 1-based step number (stochastic rounding's random bits)
+    // the device's
+    double sumsq;     // the gradient's sum of squares: sumsq_add adds into it
+    float grad_scale; // step_scalars: the clipping factor loom_clip_scale(sqrt(sumsq), max_norm)
+    int32_t skip;     // step_scalars: nonzero when a loss or the norm is not finite (no update)
+} loom_step_scalars;
+
+#ifdef __CUDACC__
+#define LOOM_HOST_DEVICE __host__ __device__
+#else
+#define LOOM_HOST_DEVICE
+#endif
+
+// The factor clipping by the global norm multiplies gradients by (torch.nn.utils.clip_grad_norm_):
+// min(1, max_norm / (norm + 1e-6)) in fp64, rounded to fp32; 1 if max_norm <= 0 or the norm is
+// NaN. The host's and the step_scalars op's, so both give the same bits.
+static inline LOOM_HOST_DEVICE float loom_clip_scale(double norm, float max_norm) {
+    if (max_norm <= 0.0f) return 1.0f;
+    double s = max_norm / (norm + 1e-6);
+    return s < 1.0 ? (float)s : 1.0f;
+}
+
+// AdamW's bias correction 1 - beta^t (t >= 1), computed in fp64 on the host and rounded to fp32:
+// every backend's, and the host's for loom_step_scalars.
+static inline float loom_adamw_bias(float beta, int64_t t) { return (float)(1.0 - pow(beta, (double)t)); }
+
 // AdamW hyper-parameters for one update (Loshchilov & Hutter, "Decoupled Weight Decay
 // Regularization", ICLR'19; the update of torch.optim.AdamW):
 //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + weight_decay * p )
+// with the bias corrections 1-b^t of loom_adamw_bias.
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
     float grad_scale; // e.g. the clipping factor min(1, max_norm / norm)
@@ -39,6 +75,10 @@ typedef struct {
     bool stochastic_rounding;
     uint64_t sr_seed;
     int64_t index0; // global index of element 0 of this range
+    // NULL: the values above. Else (backend memory) lr, t, grad_scale and the bias corrections
+    // are read from it when the update runs, and nothing is written where its skip is set: the
+    // same bits as the values passed directly (a recorded step).
+    const loom_step_scalars *scalars;
 } loom_adamw_args;
 
 // Where the query and key blocks of an attention call sit in their sequences (see
@@ -85,7 +125,10 @@ struct loom_backend {
     void (*upload)(loom_backend *be, void *dst, const void *host_src, size_t bytes);
     void (*download)(loom_backend *be, void *host_dst, const void *src, size_t bytes);
     void (*zero)(loom_backend *be, void *p, size_t bytes);
-    void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes); // within this backend's memory
+    // A copy within this backend's memory, or between it and host_alloc memory, in order with the
+    // ops and without waiting for them (unlike upload and download, a graph can record it; the
+    // host reads what it wrote after synchronize)
+    void (*copy)(loom_backend *be, void *dst, const void *src, size_t bytes);
     // Strided copy within this backend's memory: `rows` rows of `width` bytes, row i from
     // src + i * src_pitch to dst + i * dst_pitch (bytes; the regions do not overlap)
     void (*copy_2d)(loom_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
@@ -114,7 +157,8 @@ struct loom_backend {
     // again, reading and writing the same buffers, and returns false (running nothing) when the
     // backend's per-op scratch buffer has moved since the recording (record again); graph_free
     // releases it. Between begin and end no upload, download, alloc, free or synchronize may be
-    // called. NULL where the backend has no graphs (the CPU).
+    // called; copy may (a copy from or to host_alloc memory reads or writes it at each replay).
+    // NULL where the backend has no graphs (the CPU).
     void (*graph_begin)(loom_backend *be);
     void *(*graph_end)(loom_backend *be);
     bool (*graph_launch)(loom_backend *be, void *graph);
@@ -259,6 +303,15 @@ struct loom_backend {
     // Sum of squares of x (any shape), accumulated in fp64 in a fixed order that does not
     // depend on the thread count (so runs repeat bit for bit).
     double (*sumsq)(loom_backend *be, loom_tensor x);
+    // *acc (fp64, this backend's memory) += sumsq(x), in order with the ops and without waiting:
+    // calls from acc = 0 give the bits of the host's fp64 sum of sumsq's results in that order.
+    void (*sumsq_add)(loom_backend *be, double *acc, loom_tensor x);
+    // The device's part of a step's scalars (backend memory), after sumsq_add left the
+    // gradient's sum of squares in sc->sumsq: with norm = sqrt(sc->sumsq) (fp64),
+    //   sc->skip = some losses[i] or the norm is not finite (NaN or infinite)
+    //   sc->grad_scale = loom_clip_scale(norm, max_norm)
+    // losses (n) fp32: the step's per-token losses (a mean of them is finite exactly when all are).
+    void (*step_scalars)(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 
     void (*destroy)(loom_backend *be);
 };

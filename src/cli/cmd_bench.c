@@ -123,7 +123,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"warmup", FLAG_INT, &warmup, "untimed steps first", 0, 1000000},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, CLI_PEAK_HELP, 0, FLT_MAX},
         {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
-        {"cuda-graphs", FLAG_BOOL, &c.cuda_graphs, "replay each micro-batch as one recorded CUDA graph (one rank)"},
+        {"cuda-graphs", FLAG_BOOL, &c.cuda_graphs, "replay each step as one recorded CUDA graph (one rank; bwd ms then includes the optimizer)"},
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
@@ -180,6 +180,7 @@ int loom_cmd_bench(int argc, char **argv) {
               "ratio:   GFLOP/s / matmul GFLOP/s, this backend's own rate on one 2048 x 2048 x 2048 product measured\n"
               "         just before: how near the whole step comes to the device's matmul speed\n%s",
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
+    if (c.cuda_graphs) loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
     loom_train_memory mem;
     loom_trainer_memory(t, &mem);
     char planned[32], host_peak[32];

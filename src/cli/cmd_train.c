@@ -18,7 +18,6 @@
 #include "model/generate.h"
 
 #include <errno.h>
-#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -269,19 +268,17 @@ static void print_pipeline(const run *r) {
     free(all);
 }
 
-// One optimizer step, *skipped when its loss or gradient norm is not finite: then nothing of it
+// One optimizer step, s->skipped when its loss or gradient norm is not finite: then nothing of it
 // is applied, and the run stops with an error naming the step, or with --skip-nonfinite goes on
 // past it. The same on every rank (the loss and the norm are global).
-static loom_status step_once(run *r, loom_step_result *s, bool *skipped) {
+static loom_status step_once(run *r, loom_step_result *s) {
     loom_trainer *t = r->t;
-    LOOM_TRY(loom_train_backward(t, loader_batch, r->train, s));
-    *skipped = !isfinite(s->loss) || !isfinite(s->norm);
-    if (!*skipped) return loom_train_update(t, s);
-    if (!r->o.skip_nonfinite)
+    LOOM_TRY(loom_train_step(t, loader_batch, r->train, s));
+    if (!s->skipped) return LOOM_OK;
+    if (!r->o.skip_nonfinite) // t->st is past the step: st.step is its 1-based number
         return loom_fail(LOOM_EINVAL, "lower --lr or raise --warmup, or add --skip-nonfinite to skip such steps",
                          "step %lld: loss %g, gradient norm %g: not finite, so the run stops (the step is not "
-                         "applied, no checkpoint of it is written)", (long long)t->st.step + 1, s->loss, s->norm);
-    loom_train_skip(t);
+                         "applied, no checkpoint of it is written)", (long long)t->st.step, s->loss, s->norm);
     r->skipped++;
     return LOOM_OK;
 }
@@ -304,8 +301,7 @@ static loom_status train_loop(run *r, bool *report) {
         if (o->sample_every && step > 0 && step % o->sample_every == 0) LOOM_TRY(sample(r, step));
         double t0 = loom_now();
         loom_step_result s;
-        bool skipped;
-        LOOM_TRY(step_once(r, &s, &skipped));
+        LOOM_TRY(step_once(r, &s));
         double dt = loom_now() - t0;
         if (t->pipe && t->st.step > first + 1) { // the first step warms up
             const loom_pp_stats *ps = loom_pp_last_stats(t->pipe);
@@ -318,7 +314,7 @@ static loom_status train_loop(run *r, bool *report) {
         char eta[32];
         cli_human_duration(eta, sizeof eta, eta_s);
         loom_status io;
-        if (skipped) {
+        if (s.skipped) {
             loom_info("step %5lld/%lld | loss %g | norm %g | skipped: not finite (%lld so far) | eta %s\n",
                       (long long)t->st.step, (long long)o->steps, s.loss, s.norm, (long long)r->skipped, eta);
             io = log_metrics(r, (const char *[]){"step", "loss", "grad_norm", "skipped"},

@@ -192,7 +192,6 @@ void loom_gpt2_free(loom_gpt2 *m) {
     m->be->free(m->be, m->acts_mem);
     m->be->free(m->be, m->grad_acts_mem);
     gpt2_offload_free(m);
-    gpt2_graph_free(m);
     loom_param_table_free(&m->table);
     free(m->p);
     free(m->g);
@@ -326,14 +325,25 @@ loom_status loom_recompute_parse(const char *name, loom_recompute *mode) {
     return loom_fail(LOOM_EINVAL, "modes are: none, gelu, full", "unknown --recompute mode '%s'", name);
 }
 
-void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T) {
+// The micro-batch of slot `slot`, moved to its token and target buffers by `move` (be->upload or
+// be->copy).
+static void put_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T,
+                      void (*move)(loom_backend *be, void *dst, const void *src, size_t bytes)) {
     LOOM_CHECK(m->acts_mem && slot >= 0 && slot < m->slots && B >= 1 && T >= 1 && B <= m->max_B && T <= m->max_T);
     m->slot_B[slot] = B;
     m->slot_T[slot] = T;
     gpt2_views v = gpt2_views_of(m, slot, 0);
     size_t bytes = (size_t)B * T * sizeof(int32_t);
-    if (inputs) m->be->upload(m->be, v.a.tokens.data, inputs, bytes);
-    if (targets) m->be->upload(m->be, v.a.targets.data, targets, bytes);
+    if (inputs) move(m->be, v.a.tokens.data, inputs, bytes);
+    if (targets) move(m->be, v.a.targets.data, targets, bytes);
+}
+
+void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    put_batch(m, slot, inputs, targets, B, T, m->be->upload);
+}
+
+void loom_gpt2_copy_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    put_batch(m, slot, inputs, targets, B, T, m->be->copy);
 }
 
 double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -343,18 +353,24 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
     return loss;
 }
 
-double gpt2_passes(loom_gpt2 *m, float grad_scale) {
-    double loss = 0;
-    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, &loss);
+// Forward and backward of the whole model on slot 0 (*loss: as loom_gpt2_stage_forward's).
+static void passes(loom_gpt2 *m, float grad_scale, double *loss) {
+    LOOM_CHECK(m->training);
+    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, loss);
     loom_gpt2_stage_backward(m, 0, 0, (loom_tensor){0}, LOOM_GRAD_ALL);
-    return loss;
 }
 
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float grad_scale) {
-    LOOM_CHECK(m->training);
+    double loss = 0;
     loom_gpt2_set_batch(m, 0, inputs, targets, B, T);
-    return m->cuda_graphs ? gpt2_graph_forward_backward(m, grad_scale) : gpt2_passes(m, grad_scale);
+    passes(m, grad_scale, &loss);
+    return loss;
+}
+
+loom_tensor loom_gpt2_forward_backward_losses(loom_gpt2 *m, float grad_scale) {
+    passes(m, grad_scale, NULL);
+    return gpt2_views_of(m, 0, 0).a.losses;
 }
 
 void loom_gpt2_zero_grads(loom_gpt2 *m) {

@@ -101,14 +101,6 @@ typedef struct {
     bool offload_activations;
     struct gpt2_offload *offload; // the host copies and what each resident block holds (NULL: none)
     bool split_backward;     // set before loom_gpt2_alloc: keep what a separate weight-gradient pass needs
-    // Set before loom_gpt2_forward_backward (a backend with graphs, no hooks that communicate or
-    // copy to the host): each micro-batch's forward and backward is recorded once as a CUDA graph
-    // (backend graph ops; model/gpt2_graph.c) and replayed: every kernel of the passes launched
-    // as one unit, the loss read back after. The results are bit-identical to launching them one
-    // by one.
-    bool cuda_graphs;
-    struct gpt2_graph *graph; // the recording and the shape it was made for (NULL: none)
-    bool recording;          // between graph_begin and graph_end: the head leaves the loss on the device
     bool training;           // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
     int *slot_B, *slot_T;    // (slots) the micro-batch each slot holds
@@ -160,9 +152,10 @@ void loom_gpt2_set_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const in
 // Chunk `chunk`'s forward on slot `slot`: from the tokens (the embedding's chunk) or `input`
 // (Nl,C), the previous chunk's output. Returns the chunk's output (Nl,C), a view into the slot
 // valid until its next forward; on the head's chunk an empty tensor, and *loss = the mean loss
-// over the N tokens. With `backward` (training only) the head also runs the output layer's
-// backward at once (llm.c's fused classifier): d(loss)/d(params) scaled by grad_scale is added
-// to wte's gradient and the slot keeps d(grad_scale * loss)/d(lnf input) for the backward.
+// over the N tokens (loss NULL: nothing read back, the per-token losses stay in the slot). With
+// `backward` (training only) the head also runs the output layer's backward at once (llm.c's
+// fused classifier): d(loss)/d(params) scaled by grad_scale is added to wte's gradient and the
+// slot keeps d(grad_scale * loss)/d(lnf input) for the backward.
 loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, int chunk, loom_tensor input, bool backward,
                                     float grad_scale, double *loss);
 
@@ -188,5 +181,17 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float grad_scale);
 void loom_gpt2_zero_grads(loom_gpt2 *m); // the model's own (external gradients are their owner's)
+// The mean of n per-token losses (host fp32) as every loss above is computed: summed in order in
+// fp64, divided by n.
+double loom_gpt2_mean_loss(const float *losses, int64_t n);
+
+// ---- a micro-batch of a step recorded as one graph (train/step_graph.c): no host round trip ----
+// loom_gpt2_set_batch from host_alloc memory, copied in order with the ops without waiting
+// (be->copy), so a recording holds the copies and each replay reads the memory's contents then.
+void loom_gpt2_copy_batch(loom_gpt2 *m, int slot, const int32_t *inputs, const int32_t *targets, int B, int T);
+// loom_gpt2_forward_backward of the micro-batch in slot 0 with nothing read back: returns its
+// per-token losses (N) fp32 on the backend, valid until the next forward; their
+// loom_gpt2_mean_loss is the loss.
+loom_tensor loom_gpt2_forward_backward_losses(loom_gpt2 *m, float grad_scale);
 // Logits (Vp floats, host) of the next token after the T tokens of one sequence (B = 1).
 void loom_gpt2_next_logits(loom_gpt2 *m, const int32_t *tokens, int T, float *logits);

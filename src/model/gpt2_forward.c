@@ -250,10 +250,10 @@ static void crossentropy(loom_gpt2 *m, loom_tensor losses, loom_tensor logits, l
 }
 
 // Output layer and loss over row chunks; with backward, also dlnf on all rows (into v->dbtc,
-// then reduced into a->dlnf) and dwte +=. Returns the mean loss over the N tokens (0 while
-// recording a graph: the losses stay on the device). Its products stay in bf16 under precision
-// fp8, as torchao's and Transformer Engine's recipes keep the output layer out of FP8.
-static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) {
+// then reduced into a->dlnf) and dwte +=; the per-token losses into a->losses. Its products stay
+// in bf16 under precision fp8, as torchao's and Transformer Engine's recipes keep the output
+// layer out of FP8.
+static void head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) {
     loom_backend *be = m->be;
     bool fp8 = be->fp8;
     be->fp8 = false;
@@ -274,16 +274,20 @@ static double head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward
     }
     be->fp8 = fp8;
     if (backward) tp_reduce(m, a->dlnf, v->dbtc);
-    return m->recording ? 0.0 : gpt2_mean_loss(m, v);
+}
+
+double loom_gpt2_mean_loss(const float *losses, int64_t n) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += losses[i];
+    return sum / (double)n;
 }
 
 double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v) {
     float *losses = loom_xmalloc((size_t)v->N * sizeof(float));
     m->be->download(m->be, losses, v->a.losses.data, (size_t)v->N * sizeof(float));
-    double sum = 0;
-    for (int64_t i = 0; i < v->N; i++) sum += losses[i];
+    double mean = loom_gpt2_mean_loss(losses, v->N);
     free(losses);
-    return sum / (double)v->N;
+    return mean;
 }
 
 loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, int chunk, loom_tensor input, bool backward,
@@ -293,8 +297,9 @@ loom_tensor loom_gpt2_stage_forward(loom_gpt2 *m, int slot, int chunk, loom_tens
     forward_body(m, &v, input);
     if (!v.head) return layer(&v.a.residual3, v.nblocks - 1);
     range_push(m, "head", -1);
-    *loss = head(m, &v, grad_scale / (float)v.N, backward);
+    head(m, &v, grad_scale / (float)v.N, backward);
     range_pop(m);
+    if (loss) *loss = gpt2_mean_loss(m, &v);
     return no_tensor();
 }
 

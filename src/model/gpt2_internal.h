@@ -33,18 +33,6 @@ loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full)
 // The mean loss over the views' N tokens, read back from the slot's losses (after the head).
 double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v);
 
-// One micro-batch's forward and backward over the whole model on slot 0, its batch set: the
-// mean loss (0 while recording a graph: gpt2.h's recording).
-double gpt2_passes(loom_gpt2 *m, float grad_scale);
-
-// ---- CUDA graphs (gpt2_graph.c; gpt2.h's cuda_graphs) ----
-typedef struct gpt2_graph gpt2_graph;
-// loom_gpt2_forward_backward of the micro-batch set in slot 0: the first time (and after the
-// shape or grad_scale changes) launched op by op, which sizes every buffer the ops use; then
-// recorded once and replayed. Returns the mean loss.
-double gpt2_graph_forward_backward(loom_gpt2 *m, float grad_scale);
-void gpt2_graph_free(loom_gpt2 *m);
-
 // ---- activation offloading (gpt2_offload.c; gpt2.h's offload_activations) ----
 typedef struct gpt2_offload gpt2_offload;
 // Blocks per slot whose saved activations stay on the backend (the leading dim of the slot's

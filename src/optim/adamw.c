@@ -106,12 +106,6 @@ void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_eleme
     free(master);
 }
 
-float loom_clip_scale(double norm, float max_norm) {
-    if (max_norm <= 0.0f) return 1.0f;
-    double s = max_norm / (norm + 1e-6);
-    return s < 1.0 ? (float)s : 1.0f;
-}
-
 // The update of range g on the backend: params from master (or params alone) and grads, both
 // indexed like the state.
 static void update_range(loom_adamw *o, const loom_param_range *g, void *params, void *grads, loom_adamw_args args) {
@@ -152,25 +146,38 @@ static void update_offloaded(loom_adamw *o, const loom_param_range *g, void *par
     }
 }
 
-void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
-                     const loom_adamw_config *cfg, float grad_scale) {
+// The update of every range with step's per-step values (lr, grad_scale and t, or its scalars)
+// and cfg's others.
+static void update(loom_adamw *o, void *params, void *grads, const loom_adamw_config *cfg, loom_adamw_args step) {
     loom_backend *be = o->be;
     if (be->range_push) be->range_push(be, "optimizer");
-    o->t++;
     for (int r = 0; r < o->nranges; r++) {
         const loom_param_range *g = &o->ranges[r];
-        loom_adamw_args args = {.lr = lr,
-                                .beta1 = cfg->beta1,
-                                .beta2 = cfg->beta2,
-                                .eps = cfg->eps,
-                                .weight_decay = g->weight_decay ? cfg->weight_decay : 0.0f,
-                                .grad_scale = grad_scale,
-                                .t = o->t,
-                                .stochastic_rounding = cfg->stochastic_rounding,
-                                .sr_seed = cfg->seed,
-                                .index0 = g->index0};
+        loom_adamw_args args = step;
+        args.beta1 = cfg->beta1, args.beta2 = cfg->beta2, args.eps = cfg->eps;
+        args.weight_decay = g->weight_decay ? cfg->weight_decay : 0.0f;
+        args.stochastic_rounding = cfg->stochastic_rounding, args.sr_seed = cfg->seed;
+        args.index0 = g->index0;
         if (o->offload) update_offloaded(o, g, params, grads, args);
         else update_range(o, g, params, grads, args);
     }
     if (be->range_pop) be->range_pop(be);
+}
+
+void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
+                     const loom_adamw_config *cfg, float grad_scale) {
+    o->t++;
+    update(o, params, grads, cfg, (loom_adamw_args){.lr = lr, .grad_scale = grad_scale, .t = o->t});
+}
+
+void loom_adamw_scalars(const loom_adamw *o, const loom_adamw_config *cfg, float lr, loom_step_scalars *sc) {
+    int64_t t = o->t + 1;
+    *sc = (loom_step_scalars){.lr = lr, .bc1 = loom_adamw_bias(cfg->beta1, t), .bc2 = loom_adamw_bias(cfg->beta2, t),
+                              .t = t};
+}
+
+void loom_adamw_step_scalars(loom_adamw *o, void *params, void *grads, const loom_adamw_config *cfg,
+                             const loom_step_scalars *sc) {
+    LOOM_CHECK(!o->offload);
+    update(o, params, grads, cfg, (loom_adamw_args){.scalars = sc});
 }

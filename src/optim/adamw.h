@@ -76,11 +76,22 @@ void loom_adamw_free(loom_adamw *o);
 // LOOM_ADAMW_OFFLOAD_PARAMS). No-op when there are no master weights.
 void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements);
 
-// The factor clipping multiplies gradients by: min(1, max_norm / (norm + 1e-6)); 1 if max_norm <= 0.
-float loom_clip_scale(double norm, float max_norm);
+// (The clipping factor is loom_clip_scale, backend/backend.h: the host's and the device's.)
 
 // One update of every range: params -= AdamW(grads * grad_scale) at learning rate lr; grads
 // (n elements of be->dtype) are indexed like the state. With master weights the update is
-// made on them in fp32 and the parameters are their rounding.
+// made on them in fp32 and the parameters are their rounding. Counts the step (o->t).
 void loom_adamw_step(loom_adamw *o, void *params, void *grads, float lr,
                      const loom_adamw_config *cfg, float grad_scale);
+
+// ---- the same update with its per-step values in backend memory (a recorded step) ----
+// The host's part of sc for the next update (step o->t + 1) at learning rate lr: lr, t and the
+// bias corrections of cfg's betas; the device's part zero.
+void loom_adamw_scalars(const loom_adamw *o, const loom_adamw_config *cfg, float lr, loom_step_scalars *sc);
+// loom_adamw_step with lr, t, grad_scale and the bias corrections read from sc (backend memory,
+// loom_step_scalars) when the ops run, and nothing changed where sc->skip is set then: the bits
+// of loom_adamw_step(..., sc->lr, cfg, sc->grad_scale) at o->t = sc->t - 1. Does not count the
+// step: the caller adds it to o->t once the ops ran (an update or a skip, both counted). Not with
+// offloaded state (o->offload), whose steps run on the host.
+void loom_adamw_step_scalars(loom_adamw *o, void *params, void *grads, const loom_adamw_config *cfg,
+                             const loom_step_scalars *sc);

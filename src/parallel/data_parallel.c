@@ -285,8 +285,9 @@ loom_status loom_dp_end_micro_batch(loom_dp *dp) {
 }
 
 // Sum of squares of the counted tensors' elements among flat elements [lo, hi), whose values
-// are at p: one call per run of consecutive counted tensors.
-static double counted_sumsq(const loom_dp *dp, const char *p, int64_t lo, int64_t hi) {
+// are at p: one call per run of consecutive counted tensors. With acc (backend memory) each run's
+// is added to *acc on the backend instead (sumsq_add, in the same order), and 0 returned.
+static double counted_sumsq(const loom_dp *dp, const char *p, int64_t lo, int64_t hi, double *acc) {
     double total = 0;
     for (int64_t at = lo; at < hi;) {
         int i = loom_param_table_find(dp->table, at);
@@ -296,7 +297,9 @@ static double counted_sumsq(const loom_dp *dp, const char *p, int64_t lo, int64_
             end = dp->table->params[i].offset + dp->table->params[i].local_numel;
         end = end < hi ? end : hi;
         int64_t n = end - at;
-        if (counted) total += dp->be->sumsq(dp->be, loom_view_dims((void *)(p + (size_t)(at - lo) * dp->es), dp->be->dtype, &n, 1));
+        loom_tensor run = loom_view_dims((void *)(p + (size_t)(at - lo) * dp->es), dp->be->dtype, &n, 1);
+        if (counted && acc) dp->be->sumsq_add(dp->be, acc, run);
+        else if (counted) total += dp->be->sumsq(dp->be, run);
         at = end;
     }
     return total;
@@ -304,8 +307,8 @@ static double counted_sumsq(const loom_dp *dp, const char *p, int64_t lo, int64_
 
 // Sum of squares of rank r's pieces, read from the full buffer (r's pieces at start + r*piece)
 // or, for this rank, from the shard; pieces that continue each other (one rank: the whole
-// buffer) are summed as one run.
-static double piece_sumsq(loom_dp *dp, int r, bool from_shard) {
+// buffer) are summed as one run. acc: as counted_sumsq's.
+static double piece_sumsq(loom_dp *dp, int r, bool from_shard, double *acc) {
     double total = 0;
     int64_t lo = 0, hi = 0; // the run's flat elements, at p
     const char *p = NULL;
@@ -320,10 +323,10 @@ static double piece_sumsq(loom_dp *dp, int r, bool from_shard) {
             hi += (int64_t)len;
             continue;
         }
-        if (p) total += counted_sumsq(dp, p, lo, hi);
+        if (p) total += counted_sumsq(dp, p, lo, hi, acc);
         p = src, lo = flat, hi = flat + (int64_t)len;
     }
-    if (p) total += counted_sumsq(dp, p, lo, hi);
+    if (p) total += counted_sumsq(dp, p, lo, hi, acc);
     return total;
 }
 
@@ -352,14 +355,14 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq)
     double sumsq = 0;
     if (!dp->reduces) { // nothing to reduce: the full buffer is the shard
         *grads = dp->grads;
-        sumsq = piece_sumsq(dp, 0, false);
+        sumsq = piece_sumsq(dp, 0, false, NULL);
     } else if (dp->zero == 0) {
         LOOM_TRY(gather(dp, dp->grads, true));
         *grads = dp->grads;
-        for (int r = 0; r < dp->W; r++) sumsq += piece_sumsq(dp, r, false);
+        for (int r = 0; r < dp->W; r++) sumsq += piece_sumsq(dp, r, false, NULL);
     } else {
         *grads = dp->shard;
-        double *each = loom_xmalloc((size_t)dp->W * sizeof(double)), mine = piece_sumsq(dp, dp->R, true);
+        double *each = loom_xmalloc((size_t)dp->W * sizeof(double)), mine = piece_sumsq(dp, dp->R, true, NULL);
         loom_status s = loom_allgather(dp->host, &mine, each, 1, LOOM_F64, NULL);
         for (int r = 0; r < dp->W; r++) sumsq += each[r];
         free(each);
@@ -367,6 +370,12 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq)
     }
     *norm_sumsq = sumsq;
     return LOOM_OK;
+}
+
+void loom_dp_local_grads(loom_dp *dp, void **grads, double *sumsq) {
+    LOOM_CHECK(!dp->reduces);
+    *grads = dp->grads;
+    piece_sumsq(dp, 0, false, sumsq); // the whole buffer as one run: loom_dp_reduced_grads's sums
 }
 
 loom_status loom_dp_gather_params(loom_dp *dp, void *params) {

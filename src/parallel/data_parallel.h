@@ -95,6 +95,11 @@ loom_status loom_dp_end_micro_batch(loom_dp *dp);
 // offset; *grads) and the sum of squares of the averaged gradient over the counted tensors of
 // this table (*sumsq, fp64, summed over the data-parallel ranks in rank order).
 loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *sumsq);
+// The same when nothing is reduced (one rank, no replicas, ZeRO 0-2), without waiting for the
+// backend (a recorded step): *grads, and the sum of squares added to *sumsq (fp64, backend memory,
+// 0 before) by the backend (sumsq_add), the same additions in the same order as
+// loom_dp_reduced_grads's on the host, so the same bits.
+void loom_dp_local_grads(loom_dp *dp, void **grads, double *sumsq);
 // After the optimizer step: all-gathers the updated parameter pieces (zero 1, 2; zero 3 gathers
 // each unit when it is used).
 loom_status loom_dp_gather_params(loom_dp *dp, void *params);

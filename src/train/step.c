@@ -64,7 +64,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     loom_gpt2 *m = t->model;
     int A = t->grad_accum, B = c->batch, T = loom_train_seq_rows(t);
     wrap_batch(t, &batch, &ctx);
-    uint64_t first = (uint64_t)t->st.step * (uint64_t)(c->global_batch / B) + (uint64_t)t->dp_rank * (uint64_t)A;
+    uint64_t first = loom_train_first_micro_batch(t);
     double t0 = loom_now();
     loom_gpt2_zero_grads(m);
     double sum = 0;
@@ -101,6 +101,11 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     return LOOM_OK;
 }
 
+uint64_t loom_train_first_micro_batch(const loom_trainer *t) {
+    uint64_t per_step = (uint64_t)(t->cfg.global_batch / t->cfg.batch);
+    return (uint64_t)t->st.step * per_step + (uint64_t)t->dp_rank * (uint64_t)t->grad_accum;
+}
+
 // Past step t->st.step: the next step and its data.
 static void advance(loom_trainer *t) {
     t->st.step++;
@@ -117,9 +122,13 @@ loom_status loom_train_update(loom_trainer *t, const loom_step_result *r) {
     if (t->fsdp) loom_fsdp_reshard(t->fsdp); // the gathered units are the old parameters
     if (t->timed) t->be->synchronize(t->be);
     t->time_opt = loom_now() - t0;
+    loom_train_updated(t, r);
+    return LOOM_OK;
+}
+
+void loom_train_updated(loom_trainer *t, const loom_step_result *r) {
     t->st.train_loss = r->loss;
     advance(t);
-    return LOOM_OK;
 }
 
 void loom_train_skip(loom_trainer *t) {
@@ -128,9 +137,17 @@ void loom_train_skip(loom_trainer *t) {
     advance(t);
 }
 
-loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {
+loom_status loom_train_step_ops(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {
     LOOM_TRY(loom_train_backward(t, batch, ctx, out));
-    return loom_train_update(t, out);
+    out->skipped = !isfinite(out->loss) || !isfinite(out->norm);
+    if (!out->skipped) return loom_train_update(t, out);
+    loom_train_skip(t);
+    return LOOM_OK;
+}
+
+loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {
+    if (t->graph) return loom_step_graph_step(t, batch, ctx, out); // --cuda-graphs: step_graph.c
+    return loom_train_step_ops(t, batch, ctx, out);
 }
 
 loom_status loom_train_eval(loom_trainer *t, loom_batch_fn batch, void *ctx, int n, double *loss) {

@@ -122,7 +122,6 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     loom_gpt2 *m = t->model;
     m->recompute = c->recompute;
     m->offload_activations = c->offload_activations;
-    m->cuda_graphs = c->cuda_graphs;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
     m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);
     if (c->cp > 1) { // before the activations, which then hold T / cp rows per sequence
@@ -160,7 +159,7 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
                                offload));
     t->inputs = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     t->targets = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
-    return LOOM_OK;
+    return c->cuda_graphs ? loom_step_graph_create(&t->graph, t) : LOOM_OK;
 }
 
 void *loom_train_params(const loom_trainer *t, int64_t *n) {
@@ -220,19 +219,20 @@ static void set_layout(loom_trainer *t) {
     t->st.v_shape = t->schedule && t->schedule->v_shape;
 }
 
-// --cuda-graphs records one rank's whole micro-batch: no collective, host copy or side-stream
-// copy may sit inside it.
+// --cuda-graphs records one rank's whole step (step_graph.c): no collective, wait for the
+// stream, host copy or side-stream copy may sit inside it.
 static loom_status check_cuda_graphs(const loom_trainer *t) {
     const loom_train_config *c = &t->cfg;
     int W = loom_comm_size(t->world);
     if (!c->cuda_graphs) return LOOM_OK;
     if (W > 1)
         return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or run one rank",
-                         "--cuda-graphs records one rank's micro-batch, without collectives; this run has %d ranks", W);
-    if (c->zero == 3 || c->offload_activations)
-        return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or --zero 3 and --offload activations",
-                         "--cuda-graphs: %s copies between host and device inside the micro-batch",
-                         c->zero == 3 ? "--zero 3" : "--offload activations");
+                         "--cuda-graphs records one rank's step, without collectives; this run has %d ranks", W);
+    if (c->zero == 3 || c->offload_activations || c->offload_optimizer)
+        return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or --zero 3 and --offload",
+                         "--cuda-graphs: %s copies between host and device inside the step",
+                         c->zero == 3 ? "--zero 3" : c->offload_activations ? "--offload activations"
+                                                                            : "--offload optimizer");
     if (!t->be->graph_begin)
         return loom_fail(LOOM_EUNSUPPORTED, "drop --cuda-graphs, or train on --device cuda",
                          "--cuda-graphs needs a GPU: the %s backend has no graphs", t->be->name);
@@ -294,6 +294,7 @@ void loom_trainer_free(loom_trainer *t) {
     if (!t) return;
     free(t->inputs);
     free(t->targets);
+    loom_step_graph_free(t->graph, t->be);
     loom_adamw_free(t->opt);
     loom_dp_free(t->dp);
     loom_fsdp_free(t->fsdp); // before the model: it detaches the model's views

@@ -51,7 +51,7 @@ typedef struct {
     bool offload_optimizer;  // AdamW state in host memory, stepped on the host's cores (ZeRO-Offload)
     bool offload_params;     // ZeRO 3's parameter shard in host memory (with offload_optimizer)
     bool offload_activations; // the blocks' saved activations in host memory (model/gpt2.h)
-    bool cuda_graphs;        // each micro-batch's forward and backward replayed as one CUDA graph (model/gpt2.h)
+    bool cuda_graphs;        // each step replayed as one recorded CUDA graph (one rank; train/step_graph.c)
     loom_adamw_config adamw;
     loom_lr_schedule lr;
     uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding
@@ -88,7 +88,9 @@ typedef struct {
     uint64_t batch_first;
     void *reduced;             // the averaged gradients of the last backward (optimizer-state order)
     bool timed;                // synchronise to time the step's phases
-    double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches and update (when timed)
+    double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches and update (when timed;
+                               // a replayed step is one: all of it in time_fwd_bwd, time_opt 0)
+    struct loom_step_graph *graph; // cuda_graphs: the step's recording (train/step_graph.c; else NULL)
 } loom_trainer;
 
 // One rank's share of a run: mesh, backend (openmp threads), model (fresh from cfg->init or
@@ -103,10 +105,13 @@ void loom_trainer_free(loom_trainer *t);
 typedef struct {
     double loss, norm; // the global mean loss and the gradient norm before clipping
     float lr;
+    bool skipped;      // loom_train_step: the loss or the norm was not finite, so no update
 } loom_step_result;
 
-// Optimizer step t->st.step over the global batch: loom_train_backward, then loom_train_update.
-// Errors: a communication failure (the same on every rank).
+// Optimizer step t->st.step over the global batch: loom_train_backward, then loom_train_update,
+// or loom_train_skip when the loss or the gradient norm is not finite (out->skipped). With
+// cfg.cuda_graphs the step from the second on is one replayed recording (train/step_graph.c),
+// with the same results to the bit. Errors: a communication failure (the same on every rank).
 loom_status loom_train_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
 // Its halves: the micro-batches' forward and backward with the gradient reductions (after it,
 // t->reduced holds the averaged gradients the update reads; with ZeRO 0 that is the model's

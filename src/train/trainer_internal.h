@@ -30,3 +30,24 @@ typedef struct {
 // The memory report of those parts under config c (what lives on the backend, what is offloaded):
 // the one formula of the plan (plan.c) and of the memory held (loom_trainer_memory).
 loom_train_memory loom_train_memory_of(const loom_train_config *c, const loom_train_parts *p);
+
+// ---- the step's parts that step.c and step_graph.c share ----
+// The index in the data order of this rank's first micro-batch of step t->st.step.
+uint64_t loom_train_first_micro_batch(const loom_trainer *t);
+// loom_train_step launched op by op: loom_train_backward, then loom_train_update or, when the
+// loss or the norm is not finite, loom_train_skip (out->skipped).
+loom_status loom_train_step_ops(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
+// After step t->st.step's update ran (loom_train_update's, or a replay's): its loss kept, and
+// t->st past the step and its data.
+void loom_train_updated(loom_trainer *t, const loom_step_result *r);
+
+// ---- --cuda-graphs: the whole step recorded once and replayed (step_graph.c) ----
+typedef struct loom_step_graph loom_step_graph;
+// The recording's buffers for t's step: in host_alloc memory each micro-batch's tokens, the
+// step's scalars and per-token losses; on the backend the scalars and losses. Errors: LOOM_ENOMEM.
+loom_status loom_step_graph_create(loom_step_graph **out, loom_trainer *t);
+void loom_step_graph_free(loom_step_graph *g, loom_backend *be);
+// loom_train_step with t->graph: the first step op by op (loom_train_step_ops), each later one
+// replayed (recorded first when there is no valid recording), its loss and norm read back once
+// after it; the same results, skips and bookkeeping as loom_train_step_ops, to the bit.
+loom_status loom_step_graph_step(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);

@@ -37,6 +37,13 @@ static void test_memory(void) {
     bool strided = true;
     for (int r = 0; r < 20; r++) strided = strided && y[3 * r] == x[10 * r] && y[3 * r + 1] == x[10 * r + 1];
     T_ASSERT(strided && y[2] == 0, "copy_2d moved the wrong bytes");
+    float *ph = gpu->host_alloc(gpu, n * 4), *qh = gpu->host_alloc(gpu, n * 4); // copy to and from host_alloc memory
+    memcpy(ph, x, n * 4);
+    gpu->copy(gpu, d, ph, n * 4);
+    gpu->copy(gpu, qh, d, n * 4);
+    gpu->synchronize(gpu);
+    T_ASSERT(memcmp(qh, x, n * 4) == 0, "copy through host_alloc memory changed the data");
+    gpu->host_free(gpu, ph), gpu->host_free(gpu, qh);
     gpu->synchronize(gpu);
     gpu->free(gpu, d), gpu->free(gpu, e), free(x), free(y);
 }
@@ -342,6 +349,85 @@ static void test_adamw_stochastic(size_t n) {
     b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&param);
 }
 
+// A step's scalars in device memory (what the step --cuda-graphs records runs): sumsq_add over
+// three runs the same bits as the host's sum of sumsq's results; step_scalars' clipping factor
+// loom_clip_scale's to the bit and its skip flag set by a loss or a norm that is not finite; and
+// AdamW reading them (with master weights and stochastic rounding in bf16) the same bits as with
+// the values passed, or, skipped, changing nothing.
+static void test_step_scalars(shape s) {
+    size_t n = 2 * 65536 + 5 + (size_t)s.T * s.C, edge[4] = {0, n / 5, n / 2 + 1, n};
+    buf g = b_randn(n, 1, dt), losses = b_randn(37, 2, F32);
+    loom_step_scalars *sc = gpu->alloc(gpu, sizeof *sc); // zero-filled: sumsq 0
+    loom_step_scalars h;
+    double host = 0;
+    for (int r = 0; r < 3; r++) {
+        int64_t len = (int64_t)(edge[r + 1] - edge[r]);
+        loom_tensor run = loom_view_dims((char *)g.d + edge[r] * loom_dtype_size(dt), dt, &len, 1);
+        host += gpu->sumsq(gpu, run);
+        gpu->sumsq_add(gpu, &sc->sumsq, run);
+    }
+    gpu->download(gpu, &h, sc, sizeof h);
+    T_ASSERT(memcmp(&h.sumsq, &host, sizeof host) == 0, "sumsq_add %.17g vs the host's sum %.17g", h.sumsq, host);
+    double sums[] = {0, 0.25, 1.0, 0.5 * host, host, 1e300, INFINITY, NAN};
+    float bad[] = {1.0f, NAN, INFINITY}; // losses[7]: finite, then not
+    for (int max = 0; max < 2; max++)
+        for (size_t k = 0; k < sizeof sums / sizeof sums[0]; k++)
+            for (int b = 0; b < 3; b++) {
+                losses.h[7] = bad[b];
+                gpu->upload(gpu, losses.d, losses.h, 37 * 4);
+                h = (loom_step_scalars){.sumsq = sums[k]};
+                gpu->upload(gpu, sc, &h, sizeof h);
+                gpu->step_scalars(gpu, sc, DV(losses, 37), max ? 1.0f : 0.0f);
+                gpu->download(gpu, &h, sc, sizeof h);
+                float want = loom_clip_scale(sqrt(sums[k]), max ? 1.0f : 0.0f);
+                bool skip = b > 0 || !isfinite(sqrt(sums[k]));
+                T_ASSERT(memcmp(&h.grad_scale, &want, 4) == 0 && (h.skip != 0) == skip,
+                         "step_scalars sumsq %g max %d loss %g: factor %.9g vs %.9g, skip %d", sums[k], max, bad[b],
+                         h.grad_scale, want, h.skip);
+            }
+    // AdamW: the values passed (param, master, m, v) against the scalars read (the copies)
+    loom_adamw_args a = {.lr = 2e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                         .grad_scale = 0.37f, .t = 5, .stochastic_rounding = true, .sr_seed = 9, .index0 = 77};
+    bool master = dt == LOOM_BF16;
+    size_t es = loom_dtype_size(dt), bytes[4] = {n * es, n * 4, n * 4, n * 4};
+    void *x[2][4]; // [values, scalars][param, master, m, v]
+    buf init[4] = {b_randn(n, 1, dt), b_randn(n, 1, F32), b_randn(n, 0.1f, F32), b_randn(n, 0.1f, F32)};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) x[i][j] = gpu->alloc(gpu, bytes[j]), gpu->copy(gpu, x[i][j], init[j].d, bytes[j]);
+    for (int i = 0; i < 4; i++) b_free(&init[i]);
+    loom_tensor none = {0};
+    int64_t len = (int64_t)n;
+    for (int skip = 0; skip < 2; skip++) {
+        for (int i = 0; i < 2; i++) {
+            loom_adamw_args b = a;
+            if (i) {
+                h = (loom_step_scalars){.lr = a.lr, .bc1 = loom_adamw_bias(a.beta1, a.t),
+                                        .bc2 = loom_adamw_bias(a.beta2, a.t), .t = a.t, .grad_scale = a.grad_scale,
+                                        .skip = skip};
+                gpu->upload(gpu, sc, &h, sizeof h);
+                b.lr = 0, b.grad_scale = 0, b.t = 0, b.scalars = sc;
+            }
+            if (i || !skip)
+                gpu->adamw_update(gpu, loom_view_dims(x[i][0], dt, &len, 1),
+                                  master ? loom_view_dims(x[i][1], F32, &len, 1) : none, DV(g, n),
+                                  loom_view_dims(x[i][2], F32, &len, 1), loom_view_dims(x[i][3], F32, &len, 1), b);
+        }
+        for (int j = 0; j < 4; j++) {
+            void *p = loom_xmalloc(bytes[j]), *q = loom_xmalloc(bytes[j]);
+            gpu->download(gpu, p, x[0][j], bytes[j]);
+            gpu->download(gpu, q, x[1][j], bytes[j]);
+            T_ASSERT(memcmp(p, q, bytes[j]) == 0, "adamw from the step's scalars%s: tensor %d differs from the values'",
+                     skip ? " (skipped)" : "", j);
+            free(p), free(q);
+        }
+        a.t++;
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) gpu->free(gpu, x[i][j]);
+    gpu->free(gpu, sc);
+    b_free(&g), b_free(&losses);
+}
+
 static void test_sumsq(shape s) {
     size_t n = 3 * 65536 + 17 + (size_t)s.T * s.C;
     buf x = b_randn(n, 1, dt);
@@ -379,6 +465,7 @@ static void run_mode(loom_dtype mode, bool quick) {
             if (mode == LOOM_BF16) test_adamw(s, true, ragged);
         }
         test_sumsq(s);
+        test_step_scalars(s);
     }
     loom_backend_destroy(gpu);
     gpu = NULL;

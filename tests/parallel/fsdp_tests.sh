@@ -83,7 +83,7 @@ errors)
     --pp-schedule zb-h1 --offload activations --batch 1 --global-batch 2 --steps 1
   expect_mpi_error 1 "offloaded optimizer rounds the parameters to nearest" train "${ARGS[@]}" --offload optimizer \
     --stochastic-rounding --batch 1 --steps 1
-  expect_mpi_error 2 "--cuda-graphs records one rank's micro-batch, without collectives; this run has 2 ranks" \
+  expect_mpi_error 2 "--cuda-graphs records one rank's step, without collectives; this run has 2 ranks" \
     train "${ARGS[@]}" --cuda-graphs --batch 1 --steps 1
   expect_mpi_error 1 "--cuda-graphs: --zero 3 copies" train "${ARGS[@]}" --cuda-graphs --zero 3 --batch 1 --steps 1
   expect_mpi_error 2 "--precision fp8 scales each tensor by its own amax, which --tp 2 --cp 1 would split" \

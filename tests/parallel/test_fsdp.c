@@ -8,28 +8,11 @@
 // Then the memory plan against what trainers hold (test_plan).
 #include "harness.h"
 
-#include "core/rng.h"
-#include "train/trainer.h"
-
-enum { B = 2, T = 16, V = 64 };
-
-static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *targets) {
-    for (int i = 0; i < B * T; i++) {
-        inputs[i] = (int32_t)loom_rng_below(5, 1, index * B * T + (uint64_t)i, V);
-        targets[i] = (int32_t)loom_rng_below(5, 2, index * B * T + (uint64_t)i, V);
-    }
-}
+#include "train/trainer_test.h"
 
 static loom_train_config config(int zero, int dp) {
-    loom_train_config c = {.batch = B, .seq = T, .global_batch = dp * B, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1,
-                           .zero = zero, .bucket_mb = 25, .seed = 7,
-                           .adamw = {.lr = 5e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                                     .grad_clip = 1.0f},
-                           .lr = {LOOM_LR_CONSTANT, 5e-4f, 5e-4f, 0, 2},
-                           .device = "cpu", .precision = "fp32", .device_comm = "mpi", .threads = 1};
-    LOOM_CHECK(loom_gpt2_config_named("gpt2-mini", &c.model) == LOOM_OK);
-    c.model.num_layers = 8, c.model.channels = 64, c.model.num_heads = 2, c.model.max_seq_len = T;
-    c.model.vocab_size = V, c.model.padded_vocab_size = 128;
+    loom_train_config c = t_train_config(8, 64, dp * TRAIN_B, (loom_lr_schedule){LOOM_LR_CONSTANT, 5e-4f, 5e-4f, 0, 2});
+    c.zero = zero;
     return c;
 }
 
@@ -94,7 +77,7 @@ int main(int argc, char **argv) {
     T_ASSERT(loom_trainer_create(&t, world, &c, &report) == LOOM_OK, "ZeRO 3: %s", loom_error_message());
     for (int s = 0; s < 2; s++) {
         loom_step_result r;
-        T_ASSERT(loom_train_step(t, random_batch, NULL, &r) == LOOM_OK, "step %d", s);
+        T_ASSERT(loom_train_step(t, t_random_batch, NULL, &r) == LOOM_OK, "step %d", s);
     }
     const loom_param_table *table = &t->model->table;
     int L = c.model.num_layers;

@@ -110,6 +110,8 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .crossentropy_backward = cpu_crossentropy_backward,
         .adamw_update = cpu_adamw_update,
         .sumsq = cpu_sumsq,
+        .sumsq_add = cpu_sumsq_add,
+        .step_scalars = cpu_step_scalars,
         .destroy = cpu_destroy,
     };
     *out = be;

@@ -70,4 +70,6 @@ void cpu_crossentropy_backward(loom_backend *be, loom_tensor logits, loom_tensor
                                loom_tensor targets, int vocab_start, int V, float dloss);
 void cpu_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
                       loom_tensor m, loom_tensor v, loom_adamw_args args);
+void cpu_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 double cpu_sumsq(loom_backend *be, loom_tensor x);
+void cpu_sumsq_add(loom_backend *be, double *acc, loom_tensor x);

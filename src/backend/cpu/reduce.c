@@ -35,3 +35,5 @@ double cpu_sumsq(loom_backend *be, loom_tensor x) {
     free(part);
     return total;
 }
+
+void cpu_sumsq_add(loom_backend *be, double *acc, loom_tensor x) { *acc += cpu_sumsq(be, x); }

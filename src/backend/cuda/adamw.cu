@@ -4,9 +4,12 @@
 //   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
 // param/grad (n) be->dtype, m/v (n) fp32. With master weights (master.data != NULL, fp32) the
 // update runs on the master copy and param receives it rounded to nearest (bf16); without, the
-// update runs on param itself. Bias corrections are computed once on the host in fp64. With
-// args.stochastic_rounding (bf16 with master weights) param is the master value rounded
-// stochastically with hashed random bits (sr_bits) instead of to nearest.
+// update runs on param itself. Bias corrections are computed once on the host in fp64
+// (loom_adamw_bias). With args.stochastic_rounding (bf16 with master weights) param is the master
+// value rounded stochastically with hashed random bits (sr_bits) instead of to nearest. With
+// args.scalars the kernel reads lr, t, grad_scale and the bias corrections from device memory
+// when it runs (a recorded step), and returns at once where its skip is set; step_scalars fills
+// in the clipping factor and the skip flag there, with the host's fp64 arithmetic.
 #include "backend/cuda/vec.cuh"
 
 #include <math.h>
@@ -36,6 +39,10 @@ __device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t bits)
 template <typename T, int W>
 __global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, float *v, int64_t nv,
                              loom_adamw_args a, float bc1, float bc2) {
+    if (const loom_step_scalars *s = a.scalars) { // this step's values
+        if (s->skip) return;
+        a.lr = s->lr, a.grad_scale = s->grad_scale, a.t = s->t, bc1 = s->bc1, bc2 = s->bc2;
+    }
     GRID_STRIDE(iv, nv) {
         int64_t i = iv * W;
         float g[W], mi[W], vi[W], p[W];
@@ -68,17 +75,35 @@ extern "C" void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tens
                                   loom_adamw_args args) {
     bool bf = cuda_act(be, param);
     int64_t n = loom_numel(&param);
-    LOOM_CHECK(cuda_act(be, grad) == bf && args.t >= 1);
+    LOOM_CHECK(cuda_act(be, grad) == bf && (args.scalars || args.t >= 1));
     LOOM_CHECK(loom_numel(&grad) == n && loom_numel(&m) == n && loom_numel(&v) == n);
     float *mp = master.data ? cuda_f32(master) : NULL;
     if (mp) LOOM_CHECK(loom_numel(&master) == n);
     if (!n) return;
-    float bc1 = (float)(1.0 - pow(args.beta1, (double)args.t)),
-          bc2 = (float)(1.0 - pow(args.beta2, (double)args.t));
+    float bc1 = args.scalars ? 0.0f : loom_adamw_bias(args.beta1, args.t),
+          bc2 = args.scalars ? 0.0f : loom_adamw_bias(args.beta2, args.t);
     bool vec = cuda_vec_ok(bf, n, param.data, mp, grad.data, m.data, v.data);
     CUDA_DISPATCH(bf, vec, {
         adamw_kernel<T, W><<<cuda_blocks(n / W, ADAMW_THREADS), ADAMW_THREADS, 0, cuda_of(be)->stream>>>(
             (T *)param.data, mp, (const T *)grad.data, cuda_f32(m), cuda_f32(v), n / W, args, bc1, bc2);
         CUDA_LAUNCH_CHECK();
     });
+}
+
+// The device's part of sc (backend.h's step_scalars): one block; every thread checks its share
+// of the losses, thread 0 the norm, and derives the clipping factor as the host does.
+__global__ void step_scalars_kernel(loom_step_scalars *sc, const float *losses, int64_t n, float max_norm) {
+    bool finite = true;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) finite = finite && isfinite(losses[i]);
+    finite = __syncthreads_and(finite);
+    if (threadIdx.x != 0) return;
+    double norm = sqrt(sc->sumsq);
+    sc->skip = !finite || !isfinite(norm);
+    sc->grad_scale = loom_clip_scale(norm, max_norm);
+}
+
+extern "C" void cuda_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm) {
+    step_scalars_kernel<<<1, ADAMW_THREADS, 0, cuda_of(be)->stream>>>(sc, cuda_f32(losses), loom_numel(&losses),
+                                                                      max_norm);
+    CUDA_LAUNCH_CHECK();
 }

@@ -76,8 +76,8 @@ static void cuda_zero(loom_backend *be, void *p, size_t bytes) {
 }
 
 static void cuda_copy(loom_backend *be, void *dst, const void *src, size_t bytes) {
-    if (bytes)
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_of(be)->stream));
+    if (bytes) // device or page-locked host memory: the addresses say which (unified addressing)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_of(be)->stream));
 }
 
 static void cuda_copy_2d(loom_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
@@ -242,6 +242,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .crossentropy_backward = cuda_crossentropy_backward,
         .adamw_update = cuda_adamw_update,
         .sumsq = cuda_sumsq,
+        .sumsq_add = cuda_sumsq_add,
+        .step_scalars = cuda_step_scalars,
         .destroy = cuda_destroy,
     };
     cuda_account(cu, (long long)cu->workspace_bytes);

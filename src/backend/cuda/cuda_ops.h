@@ -221,5 +221,7 @@ void cuda_crossentropy_backward(loom_backend *be, loom_tensor logits, loom_tenso
                                 loom_tensor targets, int vocab_start, int V, float dloss);
 void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
                        loom_tensor m, loom_tensor v, loom_adamw_args args);
+void cuda_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 double cuda_sumsq(loom_backend *be, loom_tensor x);
+void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x);
 }

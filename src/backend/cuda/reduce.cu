@@ -7,7 +7,8 @@
 //                cuda_add_partials adds the chunks in a fixed order (AP_GROUPS interleaved
 //                groups, each in order, then the groups in order).
 //   sumsq:       per chunk of SUMSQ_CHUNK elements one block, fp64 per thread then a fixed
-//                tree; one block then adds the chunk sums (same pattern); one fp64 comes back.
+//                tree; one block then adds the chunk sums (same pattern); one fp64 comes back
+//                (sumsq), or is added to an fp64 in device memory (sumsq_add).
 #include "backend/cuda/vec.cuh"
 
 #define COL_VECS 32   // vectors of columns per column_partials block
@@ -113,26 +114,37 @@ __global__ void sumsq_kernel(double *out, const void *x, int64_t n, int64_t chun
     if (threadIdx.x == 0) out[blockIdx.x] = s;
 }
 
-__global__ void sum_f64_kernel(double *out, const double *x, int64_t n) {
+// *out = the sum of x (accumulate: *out += it, one fp64 addition as the host's)
+__global__ void sum_f64_kernel(double *out, const double *x, int64_t n, bool accumulate) {
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += SUMSQ_THREADS) s += x[i];
     s = block_sum_f64(s);
-    if (threadIdx.x == 0) *out = s;
+    if (threadIdx.x == 0) *out = accumulate ? *out + s : s;
+}
+
+// The two passes of the sum of squares of x (n > 0 elements): added to *acc, or (acc NULL) into a
+// scratch slot after the chunks' partial sums. Returns where the sum is.
+static double *sumsq_launch(loom_cuda *cu, double *acc, loom_tensor x) {
+    LOOM_CHECK(x.dtype == LOOM_F32 || x.dtype == LOOM_BF16);
+    int64_t n = loom_numel(&x), nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double *part = (double *)cuda_scratch(cu, (size_t)(nchunks + 1) * sizeof(double)), *out = acc ? acc : part + nchunks;
+    sumsq_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, cu->stream>>>(part, x.data, n, SUMSQ_CHUNK,
+                                                                     x.dtype == LOOM_BF16);
+    CUDA_LAUNCH_CHECK();
+    sum_f64_kernel<<<1, SUMSQ_THREADS, 0, cu->stream>>>(out, part, nchunks, acc != NULL);
+    CUDA_LAUNCH_CHECK();
+    return out;
 }
 
 extern "C" double cuda_sumsq(loom_backend *be, loom_tensor x) {
     loom_cuda *cu = cuda_of(be);
-    LOOM_CHECK(x.dtype == LOOM_F32 || x.dtype == LOOM_BF16);
-    int64_t n = loom_numel(&x), nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    if (!n) return 0.0;
-    double *part = (double *)cuda_scratch(cu, (size_t)(nchunks + 1) * sizeof(double));
-    sumsq_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, cu->stream>>>(part + 1, x.data, n,
-                                                                     SUMSQ_CHUNK, x.dtype == LOOM_BF16);
-    CUDA_LAUNCH_CHECK();
-    sum_f64_kernel<<<1, SUMSQ_THREADS, 0, cu->stream>>>(part, part + 1, nchunks);
-    CUDA_LAUNCH_CHECK();
+    if (!loom_numel(&x)) return 0.0;
     double total = 0.0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, part, sizeof total, cudaMemcpyDeviceToHost, cu->stream));
+    CUDA_CHECK(cudaMemcpyAsync(&total, sumsq_launch(cu, NULL, x), sizeof total, cudaMemcpyDeviceToHost, cu->stream));
     CUDA_CHECK(cudaStreamSynchronize(cu->stream));
     return total;
+}
+
+extern "C" void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x) {
+    if (loom_numel(&x)) sumsq_launch(cuda_of(be), acc, x);
 }
