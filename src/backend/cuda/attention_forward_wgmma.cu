@@ -4,7 +4,8 @@
 //
 // Work item: a query tile of 128 rows of one (b, h). The producer copies its Q once, then the K
 // and V tiles (128 keys each) its last row sees (attention.cuh: [0, q0 + 128 + delta), at most
-// Tk). Each consumer warpgroup (64 of the rows), per key tile that some of its rows see:
+// Tk). Each consumer warpgroup (64 of the rows), per key tile that some of its rows see (the
+// products of tile j issued with the last tile's P V, which runs under tile j's softmax):
 //   S = Q K^T (64 x 128, fp32 in registers; both operands in shared memory, K-major)
 //   mask (key > row + delta or key >= Tk: -inf) on tiles crossing the warpgroup's diagonal or the
 //   keys' end; online softmax in base 2 as attention_forward.cu's simple kernel does it in base e
@@ -42,59 +43,96 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
         int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
         int nkw = r0 < Tq ? (att_visible(d, min(r0 + 63, Tq - 1)) + FW_KEYS - 1) / FW_KEYS : 0; // tiles it sees
         float o[HS / 2] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-        for (int jj = 0; jj < nkt; jj++, j++) {
-            sm.wait(j, 0);
-            if (jj < nkw) {
-                float sc[FW_KEYS / 2];
-                wg_fence();
-                att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), FW_KEYS); // S = Q K^T
-                wg_commit();
-                wg_wait<0>();
-                wg_hold(sc);
-                int k0 = jj * FW_KEYS;
-                if (k0 + FW_KEYS - 1 > r0 + d.delta || k0 + FW_KEYS > d.Tk) // crosses the diagonal or the keys' end
+        // Tile jj's scores sc = S: masked, the running max m and sum l moved on, sc = P (unnormalised),
+        // corr the factor that rescales what O holds.
+        auto softmax = [&](int jj, float(&sc)[FW_KEYS / 2], float(&corr)[2]) {
+            int k0 = jj * FW_KEYS;
+            if (k0 + FW_KEYS - 1 > r0 + d.delta || k0 + FW_KEYS > d.Tk) // crosses the diagonal or the keys' end
 #pragma unroll
-                    for (int i = 0; i < FW_KEYS / 8; i++)
+                for (int i = 0; i < FW_KEYS / 8; i++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            int row = rw + 8 * (e >> 1), key = k0 + 8 * i + 2 * t + (e & 1);
-                            if (key > row + d.delta || key >= d.Tk) sc[4 * i + e] = -INFINITY;
-                        }
+                    for (int e = 0; e < 4; e++) {
+                        int row = rw + 8 * (e >> 1), key = k0 + 8 * i + 2 * t + (e & 1);
+                        if (key > row + d.delta || key >= d.Tk) sc[4 * i + e] = -INFINITY;
+                    }
 #pragma unroll
-                for (int r = 0; r < 2; r++) { // a row's 128 scores are spread over a quad's 4 lanes
-                    float mx = m[r];
+            for (int r = 0; r < 2; r++) { // a row's 128 scores are spread over a quad's 4 lanes
+                float mx = m[r];
 #pragma unroll
-                    for (int i = 0; i < FW_KEYS / 8; i++) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * r], sc[4 * i + 2 * r + 1]));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    float msc = mx == -INFINITY ? 0.0f : mx * sl2; // a row with nothing visible yet
-                    float corr = att_exp2(m[r] * sl2 - msc), sum = 0.0f;
-                    m[r] = mx;
+                for (int i = 0; i < FW_KEYS / 8; i++) mx = fmaxf(mx, fmaxf(sc[4 * i + 2 * r], sc[4 * i + 2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                float msc = mx == -INFINITY ? 0.0f : mx * sl2, sum = 0.0f; // msc 0: a row with nothing visible yet
+                corr[r] = att_exp2(m[r] * sl2 - msc);
+                m[r] = mx;
 #pragma unroll
-                    for (int i = 0; i < FW_KEYS / 8; i++)
+                for (int i = 0; i < FW_KEYS / 8; i++)
 #pragma unroll
-                        for (int e = 2 * r; e < 2 * r + 2; e++) {
-                            sc[4 * i + e] = att_exp2(fmaf(sc[4 * i + e], sl2, -msc));
-                            sum += sc[4 * i + e];
-                        }
-                    l[r] = l[r] * corr + sum;
-#pragma unroll
-                    for (int i = 0; i < HS / 8; i++) o[4 * i + 2 * r] *= corr, o[4 * i + 2 * r + 1] *= corr;
-                }
-                uint32_t pa[FW_KEYS / 16][4];
-                att_frags<FW_KEYS>(pa, sc);
-                sm.wait(j, 1);
-                wg_hold(o);
-                wg_fence();
-                att_product_rs<HS, FW_KEYS>(o, pa, sm.stage_op(j, 1), FW_KEYS); // O += P V
-                wg_commit();
-                wg_wait<0>();
-                wg_hold(o);
-            } else {
-                sm.wait(j, 1); // released only once both copies have landed
+                    for (int e = 2 * r; e < 2 * r + 2; e++) {
+                        sc[4 * i + e] = att_exp2(fmaf(sc[4 * i + e], sl2, -msc));
+                        sum += sc[4 * i + e];
+                    }
+                l[r] = l[r] * corr[r] + sum;
             }
-            sm.release(j);
+        };
+        uint32_t pa[FW_KEYS / 16][4]; // P of the last tile, the A operand of its O += P V
+        if (nkw > 0) { // tile 0: S = Q K^T, its softmax (O is still 0)
+            float sc[FW_KEYS / 2], corr[2];
+            sm.wait(j, 0);
+            wg_fence();
+            att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), FW_KEYS);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold(sc);
+            sm.release(j, 0); // K
+            softmax(0, sc, corr);
+            att_frags<FW_KEYS>(pa, sc);
         }
+        // Tile jj > 0 issues S = Q K^T, then the last tile's O += P V, which runs under this tile's
+        // softmax (FlashAttention-3's overlap within a warpgroup, its Algorithm 2): the products
+        // and the exponentials of one warpgroup overlap, not only the two warpgroups'.
+        for (int jj = 1; jj < nkw; jj++) {
+            int jt = j + jj;
+            float sc[FW_KEYS / 2], corr[2];
+            sm.wait(jt, 0);
+            sm.wait(jt - 1, 1);
+            wg_hold(o);
+            wg_fence();
+            att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(jt, 0), FW_KEYS); // S = Q K^T
+            wg_commit();
+            att_product_rs<HS, FW_KEYS>(o, pa, sm.stage_op(jt - 1, 1), FW_KEYS); // O += P V, the last tile's
+            wg_commit();
+            wg_wait<1>(); // S landed; O += P V may still run
+            wg_hold(sc);
+            sm.release(jt, 0); // K
+            softmax(jj, sc, corr);
+            wg_wait<0>(); // O += P V retired: the last tile's V and P fragments are free
+            wg_hold(o);
+            wg_hold(pa);
+            sm.release(jt - 1, 1);
+#pragma unroll
+            for (int i = 0; i < HS / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[4 * i + e] *= corr[e >> 1];
+            att_frags<FW_KEYS>(pa, sc);
+        }
+        if (nkw > 0) { // the last visible tile's O += P V
+            int jt = j + nkw - 1;
+            sm.wait(jt, 1);
+            wg_hold(o);
+            wg_fence();
+            att_product_rs<HS, FW_KEYS>(o, pa, sm.stage_op(jt, 1), FW_KEYS);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold(o);
+            sm.release(jt, 1);
+        }
+        for (int jj = nkw; jj < nkt; jj++) { // tiles no row of the warpgroup sees: let them go once landed
+            sm.wait(j + jj, 0);
+            sm.wait(j + jj, 1);
+            sm.release(j + jj);
+        }
+        j += nkt;
         float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {

@@ -18,12 +18,11 @@
 // or K and V), one an item; then STAGES stages of two streamed operands of ROWS rows x HS (K and
 // V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
 // streamed queries' -lse log2(e) and D, by bulk copies); then the transaction barriers: per own
-// buffer own_full (its operands landed), per stage full[0] (operand 0 and the vectors landed),
-// full[1] (operand 1) and empty (the 8 consumer warps are done with the stage); then the item
-// slots. Every operand is
-// HS/64 tiles of rows x 64 columns, 128-byte swizzled (hopper.cuh). Consumers wait on every stage,
-// use it or not, and release it: a stage is refilled only after both of its copies landed and
-// every consumer warp let it go.
+// buffer own_full (its operands landed), per stage and streamed operand full (it landed, operand 0
+// with the vectors) and empty (the 8 consumer warps are done with it); then the item slots. Every
+// operand is HS/64 tiles of rows x 64 columns, 128-byte swizzled (hopper.cuh). Consumers wait on
+// every streamed operand, use it or not, and release it: an operand's slot is refilled only after
+// its copy landed and every consumer warp let it go (the forward lets K go before V).
 #pragma once
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/hopper.cuh"
@@ -52,9 +51,9 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
     static constexpr int TILE = NC * ROWS * 128;          // bytes of a streamed operand
     static constexpr int VEC = ROWS * 4;                  // bytes of a streamed vector (a multiple of 128)
     // byte offsets from the 1024-aligned base: the own buffers, the stages, the vectors, the
-    // barriers (own_full[2], full0[STAGES], full1[STAGES], empty[STAGES]), the item slots
+    // barriers (own_full[2], full[2][STAGES], empty[2][STAGES]), the item slots
     static constexpr int STAGES_AT = 2 * NOWN * OWN, VECS_AT = STAGES_AT + STAGES * 2 * TILE;
-    static constexpr int BARS_AT = VECS_AT + STAGES * NVEC * VEC, ITEM_AT = BARS_AT + (2 + 3 * STAGES) * 8;
+    static constexpr int BARS_AT = VECS_AT + STAGES * NVEC * VEC, ITEM_AT = BARS_AT + (2 + 4 * STAGES) * 8;
     static constexpr size_t bytes = (size_t)ITEM_AT + 3 * 4 + 1024; // + the alignment of the base
     unsigned char *base; // the only member: every address is a constant offset from it
 
@@ -71,12 +70,13 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
     __device__ __forceinline__ uint64_t *bar(int i) const { return (uint64_t *)(base + BARS_AT) + i; }
     __device__ __forceinline__ uint64_t *own_full(int k) const { return bar(k & 1); }
     __device__ __forceinline__ uint64_t *full(int j, int which) const { return bar(2 + which * STAGES + j % STAGES); }
-    __device__ __forceinline__ uint64_t *empty(int j) const { return bar(2 + 2 * STAGES + j % STAGES); }
+    __device__ __forceinline__ uint64_t *empty(int j, int which) const {
+        return bar(2 + (2 + which) * STAGES + j % STAGES);
+    }
     __device__ __forceinline__ int *item(int k) const { return (int *)(base + ITEM_AT) + k % 3; }
     // thread 0, then every thread past a barrier
     __device__ __forceinline__ void init() const {
-        for (int i = 0; i < 2 + 2 * STAGES; i++) mbar_init(bar(i), 1); // own_full, full0, full1
-        for (int s = 0; s < STAGES; s++) mbar_init(empty(s), 8);
+        for (int i = 0; i < 2 + 4 * STAGES; i++) mbar_init(bar(i), i < 2 + 2 * STAGES ? 1 : 8); // own_full, full; empty
         mbar_fence_init();
     }
     // Every thread of the block, first: thread 0 sets the barriers up; the producer warpgroup
@@ -124,21 +124,22 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
                 tma_load(own_op(k, i) + c * ATT_WG_ROWS * 128, job.own[i].map, job.own[i].col + 64 * c, job.own_row,
                          job.b, own_full(k));
     }
-    // The producer warp: streamed tile i of an item, the block's j-th, once tile j - STAGES is released.
+    // The producer warp: streamed tile i of an item, the block's j-th, each operand once tile
+    // j - STAGES released its own.
     __device__ __forceinline__ void load_tile(const att_job &job, int i, int j) const {
-        if (j >= STAGES) mbar_wait(empty(j), (j / STAGES - 1) & 1);
-        if (threadIdx.x != 0) return;
         for (int w = 0; w < 2; w++) {
+            if (j >= STAGES) mbar_wait(empty(j, w), (j / STAGES - 1) & 1);
+            if (threadIdx.x != 0) continue;
             mbar_expect(full(j, w), TILE + (w ? 0 : NVEC * VEC));
             for (int c = 0; c < NC; c++)
                 tma_load(stage_op(j, w) + c * ROWS * 128, job.src[w].map, job.src[w].col + 64 * c, job.row0 + i * ROWS,
                          job.b, full(j, w));
+            for (int v = 0; w == 0 && v < NVEC; v++) bulk_load(stage_vec(j, v), job.vec[v] + i * ROWS, VEC, full(j, 0));
         }
-        for (int v = 0; v < NVEC; v++) bulk_load(stage_vec(j, v), job.vec[v] + i * ROWS, VEC, full(j, 0));
     }
     // Consumers: the block's k-th work item (>= total: none left), once its own operands landed;
     // streamed operand `which` of the block's j-th streamed tile (0: with the vectors), once it
-    // landed; let the tile go (every thread of the warp calls, after its last product reading it).
+    // landed; let it go, or both (every thread of the warp calls, after its last product reading it).
     __device__ __forceinline__ int next_item(int k, int total) const {
         named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START);
         int it = *item(k);
@@ -148,10 +149,11 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
     __device__ __forceinline__ void wait(int j, int which) const {
         mbar_wait(full(j, which), (j / STAGES) & 1);
     }
-    __device__ __forceinline__ void release(int j) const {
+    __device__ __forceinline__ void release(int j, int which) const {
         __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(empty(j));
+        if (threadIdx.x % 32 == 0) mbar_arrive(empty(j, which));
     }
+    __device__ __forceinline__ void release(int j) const { release(j, 0), release(j, 1); }
 };
 
 // Persistent blocks, at most one an SM; the counter of handed-out items (4 bytes of device

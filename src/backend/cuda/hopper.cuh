@@ -44,10 +44,16 @@ __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.s
 template <int N> __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Keeps the compiler from moving reads or writes of accumulators across a wg_wait.
+// Keeps the compiler from moving reads or writes of accumulators across a wg_wait; for the
+// register A fragments of a product in flight, from reusing their registers before the wg_wait
+// that retires it (held after it: CUTLASS's warpgroup_fence_operand).
 template <int R> __device__ __forceinline__ void wg_hold(float (&d)[R]) {
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int K> __device__ __forceinline__ void wg_hold(uint32_t (&a)[K][4]) {
+#pragma unroll
+    for (int i = 0; i < K; i++) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
 }
 
 // Accumulator layout of a 64 x N product (fp32, N/2 registers a thread): warp w of the warpgroup
