@@ -146,13 +146,10 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
 }
-// Named barriers (ids 1-15; 0 is __syncthreads) among `threads` threads, whole warps: sync waits for
-// them all, arrive counts in and goes on. They order the shared-memory accesses around them.
+// A named barrier (ids 1-15; 0 is __syncthreads) among `threads` threads, whole warps: waits for
+// them all; it orders the shared-memory accesses around it.
 template <int THREADS> __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
-}
-template <int THREADS> __device__ __forceinline__ void named_arrive(int id) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
 }
 // Warpgroup register budget (setmaxnreg): the copy warpgroup gives registers back, the
 // arithmetic ones take them.
