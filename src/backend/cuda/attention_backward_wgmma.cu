@@ -9,14 +9,13 @@
 // (written, or with span.accumulate added to what dq and dkv hold).
 //   dq (runs first): work item (query tile of 128, b, h); owns Q and dO; computes D for its rows
 //       from dO and O in global memory and writes it and -lse log2(e) for dkv (bw_args); streams
-//       key tiles (bw_step) from
-//       0 to the keys its last row sees: S = Q K^T and dP = dO V^T (both operands in shared
-//       memory, K-major), dQ += dS K (dS as register fragments, K N-major).
+//       key tiles (bw_step) from 0 to the keys its last row sees: S = Q K^T and dP = dO V^T (both
+//       operands in shared memory, K-major), dQ += dS K (dS as register fragments, K N-major).
 //   dkv: work item (key tile of 128, b, h); owns K and V; streams query tiles (bw_step), with
 //       their rows of -lse log2(e) and D (bulk copies), from the first query that sees the tile's
 //       first key (k0 - delta, rounded down to a multiple of 4: the rows before it are masked) to
-//       Tq: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are register
-//       fragments for dV += P^T dO and dK += dS^T Q (Q and dO N-major).
+//       Tq: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are register fragments for
+//       dV += P^T dO and dK += dS^T Q (Q and dO N-major).
 // The mask (key > query + delta, key >= Tk) is applied only on tiles crossing a warpgroup's
 // diagonal or the keys' end; tiles wholly masked for a warpgroup are skipped. Rows past Tq or Tk
 // arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; rows past the ends are
