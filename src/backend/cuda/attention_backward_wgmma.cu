@@ -60,7 +60,7 @@ attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const
     auto plan = [&](int item) {
         att_place p = att_tile_at(d, item, ntiles, true);
         int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-        int nst = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + STEP - 1) / STEP;
+        int nst = att_key_tiles(d, q0, ATT_WG_ROWS, STEP);
         return att_job{{{&mq, h * HS}, {&mdo, h * HS}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nst, p.bh / d.NH};
     };
     if (sm.producer(total, a.counter, plan)) return;
@@ -101,7 +101,7 @@ attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const
             int row = rw + 8 * r;
             nl2[r] = row < Tq ? bw_neg_lse2(a.lse[(int64_t)p.bh * Tq + row]) : -INFINITY;
         }
-        int nkw = r0 < Tq ? (att_visible(d, min(r0 + 63, Tq - 1)) + STEP - 1) / STEP : 0; // tiles it sees
+        int nkw = att_key_tiles(d, r0, 64, STEP); // tiles it sees
         float dq[HS / 2] = {};
         for (int jj = 0; jj < nst; jj++, j++) {
             sm.wait(j, 0);

@@ -30,7 +30,7 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
     auto plan = [&](int item) {
         att_place p = att_tile_at(d, item, ntiles, true);
         int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-        int nkt = (att_visible(d, min(q0 + ATT_WG_ROWS, Tq) - 1) + FW_KEYS - 1) / FW_KEYS;
+        int nkt = att_key_tiles(d, q0, ATT_WG_ROWS, FW_KEYS);
         return att_job{{{&mq, h * HS}, {}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nkt, p.bh / d.NH};
     };
     if (sm.producer(total, counter, plan)) return;
@@ -41,7 +41,7 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
         att_job job = plan(item);
         int q0 = job.own_row, nkt = job.n;
         int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
-        int nkw = r0 < Tq ? (att_visible(d, min(r0 + 63, Tq - 1)) + FW_KEYS - 1) / FW_KEYS : 0; // tiles it sees
+        int nkw = att_key_tiles(d, r0, 64, FW_KEYS); // tiles it sees
         float o[HS / 2] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
         // Tile jj's scores sc = S: masked, the running max m and sum l moved on, sc = P (unnormalised),
         // corr the factor that rescales what O holds.

@@ -163,6 +163,12 @@ static inline unsigned att_grid(loom_cuda *cu, int total, int *counter) {
     return (unsigned)(total < cu->sms ? total : cu->sms);
 }
 
+// Tiles of `step` keys from key 0 that some query row of [r0, r0 + n) before Tq sees (0 when r0 >=
+// Tq): what a query tile streams (n = 128), or a consumer warpgroup's rows of it use (n = 64).
+__device__ __forceinline__ int att_key_tiles(const attn_dims &d, int r0, int n, int step) {
+    return r0 < d.Tq ? (att_visible(d, min(r0 + n, d.Tq) - 1) + step - 1) / step : 0;
+}
+
 // The consumer's two rows of an accumulator (64 x N, hopper.cuh): rows row0 + 16 warp + g and + 8.
 __device__ __forceinline__ int att_wg_row(int row0) { return row0 + 16 * (threadIdx.x / 32 % 4) + threadIdx.x % 32 / 4; }
 
