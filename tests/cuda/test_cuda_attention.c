@@ -11,8 +11,9 @@
 //       over the pairs, must equal the CPU's whole-sequence dqkv;
 //   merge: GPU against CPU on random partials, with rows of -inf lse on one side and on both.
 // Shapes take the simple kernels (fp32, head sizes 16, 8, 64 with 25 heads) and the Hopper
-// ones (bf16 at head size 64 and 128), T up to 1024. Exit 77 (ctest: skipped) without a CUDA
-// device; LOOM_CUDA_TEST_QUICK=1 runs the small cases only.
+// ones (bf16 at head size 64 and 128), T up to 2048; each whole-sequence backward runs twice
+// more, which must give the same bits. Exit 77 (ctest: skipped) without a CUDA device;
+// LOOM_CUDA_TEST_QUICK=1 runs the small cases only.
 #include "cuda_test.h"
 
 #define MAXCHUNKS 8
@@ -26,6 +27,7 @@ static const att_case CASES[] = {
     {{2, 7, 48, 3}, 3},     {{2, 65, 256, 2}, 3},     {{1, 129, 256, 4}, 2},    {{1, 300, 96, 12}, 4},
     {{2, 1000, 192, 3}, 5}, {{1, 1024, 768, 12}, 4}, {{1, 200, 1600, 25}, 3},
     {{2, 390, 256, 2}, 3}, // hs 128 over several key and query tiles (T=65 above is one)
+    {{2, 2048, 1024, 16}, 2}, // more work items than multiprocessors
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
 #define NQUICK 3
@@ -67,6 +69,15 @@ static void test_whole(shape s) {
                                 DV(l, s.B, s.NH, s.T), s.NH, span);
         check(add ? "attention dqkv +=" : "attention dqkv", dqkv, s);
     }
+    // deterministic: two more backward passes give the same bits
+    float *first = loom_xmalloc(3 * n * 4), *again = loom_xmalloc(3 * n * 4);
+    for (int r = 0; r < 2; r++) {
+        gpu->attention_backward(gpu, dd, dd, DV(dout, s.B, s.T, s.C), dq, dq, DV(o, s.B, s.T, s.C),
+                                DV(l, s.B, s.NH, s.T), s.NH, LOOM_ATTN_CAUSAL);
+        download_as(r ? again : first, dqkv.d, 3 * n, dt);
+    }
+    T_ASSERT(memcmp(first, again, 3 * n * 4) == 0, "%s attention backward: two runs differ", loom_dtype_name(dt));
+    free(first), free(again);
     buf *all[] = {&qkv, &out, &lse, &o, &l, &dout, &dqkv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
