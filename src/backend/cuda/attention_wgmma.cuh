@@ -19,10 +19,11 @@
 // V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
 // streamed queries' -lse log2(e) and D, by bulk copies); then the transaction barriers: per own
 // buffer own_full (its operands landed), per stage and streamed operand full (it landed, operand 0
-// with the vectors) and empty (the 8 consumer warps are done with it); then the item slots. Every
-// operand is HS/64 tiles of rows x 64 columns, 128-byte swizzled (hopper.cuh). Consumers wait on
-// every streamed operand, use it or not, and release it: an operand's slot is refilled only after
-// its copy landed and every consumer warp let it go (the forward lets K go before V).
+// with the vectors) and empty (the 8 consumer warps are done with it; operand 0's with vectors:
+// the 256 consumer threads); then the item slots. Every operand is HS/64 tiles of rows x 64
+// columns, 128-byte swizzled (hopper.cuh). Consumers wait on every streamed operand, use it or
+// not, and release it: an operand's slot is refilled only after its copy landed and every consumer
+// warp let it go (the forward lets K go before V).
 #pragma once
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/hopper.cuh"
@@ -76,7 +77,10 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
     __device__ __forceinline__ int *item(int k) const { return (int *)(base + ITEM_AT) + k % 3; }
     // thread 0, then every thread past a barrier
     __device__ __forceinline__ void init() const {
-        for (int i = 0; i < 2 + 4 * STAGES; i++) mbar_init(bar(i), i < 2 + 2 * STAGES ? 1 : 8); // own_full, full; empty
+        // own_full, full: 1 (the producer's expect); empty: every consumer warp, or every consumer
+        // thread for operand 0's when it carries the vectors (release)
+        for (int i = 0; i < 2 + 4 * STAGES; i++)
+            mbar_init(bar(i), i < 2 + 2 * STAGES ? 1 : NVEC && i < 2 + 3 * STAGES ? 256 : 8);
         mbar_fence_init();
     }
     // Every thread of the block, first: thread 0 sets the barriers up; the producer warpgroup
@@ -149,7 +153,13 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
     __device__ __forceinline__ void wait(int j, int which) const {
         mbar_wait(full(j, which), (j / STAGES) & 1);
     }
+    // The vectors are read by every thread with plain loads, so every thread arrives (its
+    // arrive releases its own reads, which racecheck follows), not one lane after __syncwarp.
     __device__ __forceinline__ void release(int j, int which) const {
+        if (which == 0 && NVEC) {
+            mbar_arrive(empty(j, which));
+            return;
+        }
         __syncwarp();
         if (threadIdx.x % 32 == 0) mbar_arrive(empty(j, which));
     }
