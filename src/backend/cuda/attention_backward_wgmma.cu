@@ -1,21 +1,30 @@
-// Attention backward on Hopper (sm_90a) for bf16 with head size HS = 64 or 128: FlashAttention-2's
-// (Dao 2023, Algorithm 2) as two kernels that each own what they write, instead of atomic adds
-// into dQ, so that the result is deterministic (each recomputes S and dP: 7 tile products per
-// pair of tiles instead of 5), on warpgroup products in the block skeleton of attention_wgmma.cuh
-// (a producer warp copying by TMA, two consumer warpgroups of 64 own rows each; FlashAttention-3,
-// Shah et al. 2024). With D = rowsum(dO * O), S = Q K^T:
+// Attention backward on Hopper (sm_90a) for bf16 with head size HS = 64 or 128, FlashAttention-2's
+// (Dao 2023, Algorithm 2) on warpgroup products in the block skeleton of attention_wgmma.cuh (a
+// producer warp copying by TMA, two consumer warpgroups of 64 own rows each; FlashAttention-3, Shah
+// et al. 2024), deterministic. With D = rowsum(dO * O), S = Q K^T:
 //   P = exp(S / sqrt(HS) - lse);  dP = dO V^T;  dS = P * (dP - D)
 //   dV += P^T dO;  dK += dS^T Q / sqrt(HS);  dQ += dS K / sqrt(HS)
 // (written, or with span.accumulate added to what dq and dkv hold).
-//   dq (runs first): work item (query tile of 128, b, h); owns Q and dO; computes D for its rows
-//       from dO and O in global memory and writes it and -lse log2(e) for dkv (bw_args); streams
-//       key tiles (bw_step) from 0 to the keys its last row sees: S = Q K^T and dP = dO V^T (both
-//       operands in shared memory, K-major), dQ += dS K (dS as register fragments, K N-major).
-//   dkv: work item (key tile of 128, b, h); owns K and V; streams query tiles (bw_step), with
-//       their rows of -lse log2(e) and D (bulk copies), from the first query that sees the tile's
-//       first key (k0 - delta, rounded down to a multiple of 4: the rows before it are masked) to
-//       Tq: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are register fragments for
-//       dV += P^T dO and dK += dS^T Q (Q and dO N-major).
+//   prep (first): D and -lse log2(e) of every query row into scratch (bw_args), in rows padded to 4
+//       (16-byte aligned, as the bulk copies need); zeroes the dQ order counters.
+//   dkv: work item (key tile of 128, b, h); owns K and V; streams query tiles of bw_step(HS) rows,
+//       with their rows of -lse log2(e) and D (bulk copies), from the first that sees the tile's
+//       first key (bw_first_query) to Tq: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are
+//       register fragments for dV += P^T dO and dK += dS^T Q (Q and dO N-major).
+//   At HS = 64 (bw_fused) dkv computes dQ too: 5 tile products per pair of tiles, as FlashAttention-2
+//   does. dS goes into shared memory (stmatrix, transposed), each warpgroup computes dQ = dS K for
+//   64 of the tile's 128 queries, and hands the fp32 partial to the producer warpgroup's second
+//   warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
+//   tile's turn at that query tile: a counter per query tile passes the turn from key tile to key
+//   tile in a fixed order (FlashAttention-3's deterministic mode), so the sums are the same bits in
+//   every run. The order is the last key tile first (bw_turn), which stores instead of adding:
+//   a key tile starts at its diagonal and walks up, so the tile above it reached each query tile
+//   one step earlier. Items go out in the same order within a head (shortest first), and only to
+//   running blocks, so the turn always comes. dq_out then scales the accumulator into dq.
+//   At HS = 128 (shared memory for the dQ hand-off does not fit beside K and V), dq is a kernel of
+//   its own that recomputes S and dP (7 products a pair): work item (query tile of 128, b, h); owns
+//   Q and dO; streams key tiles of 64 to the keys its last row sees: S = Q K^T, dP = dO V^T (K-major),
+//   dQ += dS K (dS as register fragments, K N-major).
 // The mask (key > query + delta, key >= Tk) is applied only on tiles crossing a warpgroup's
 // diagonal or the keys' end; tiles wholly masked for a warpgroup are skipped. Rows past Tq or Tk
 // arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; rows past the ends are
@@ -25,27 +34,80 @@
 // Rows a streamed tile (keys for dq, queries for dkv): 128 at HS = 64 (fewer, larger products), 64
 // at 128 (registers)
 __host__ __device__ constexpr int bw_step(int hs) { return hs == 64 ? 128 : 64; }
+__host__ __device__ constexpr bool bw_fused(int hs) { return hs == 64; }
 #define BW_STAGES 2
+#define BW_DS_FREE 2 // named barriers of the two consumer warpgroups (fused): dS may be overwritten,
+#define BW_DS_FULL 3 // dS is whole
 static inline int bw_tp(int Tq) { return (Tq + 3) & ~3; }
 
-// scratch: the counters (16 bytes), nl and D (bw_args), and 128 floats of zeros past D's end
-size_t attention_backward_wgmma_scratch(attn_dims d) { return 16 + (2 * (size_t)d.B * d.NH * bw_tp(d.Tq) + 128) * 4; }
+// The first query row a key tile from k0 streams: the first that sees k0, rounded down to a
+// multiple of step (so that every key tile streams the same query tiles); Tq if none sees it.
+__host__ __device__ __forceinline__ int bw_first_query(const attn_dims &d, int k0, int step) {
+    return min(max(k0 - d.delta, 0) / step * step, d.Tq);
+}
+
+// scratch (bytes from its start): the work counters (16), nl and D (B*NH, Tp) each, 128 floats of
+// zeros, then when fused the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step) and the
+// fp32 dQ accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at)
+struct bw_layout {
+    size_t nl, D, sem, acc, bytes;
+};
+static bw_layout bw_layout_of(attn_dims d) {
+    size_t bnh = (size_t)d.B * d.NH, step = (size_t)bw_step(d.hs), mq = (d.Tq + step - 1) / step;
+    bw_layout l;
+    l.nl = 16, l.D = l.nl + bnh * bw_tp(d.Tq) * 4, l.sem = l.D + bnh * bw_tp(d.Tq) * 4 + 128 * 4;
+    l.acc = (l.sem + bnh * mq * 4 + 127) / 128 * 128;
+    l.bytes = bw_fused(d.hs) ? l.acc + bnh * mq * step * d.hs * 4 : l.sem;
+    return l;
+}
+size_t attention_backward_wgmma_scratch(attn_dims d) { return bw_layout_of(d).bytes; }
 
 struct bw_args {
     bf16 *dq, *dkv;
     const bf16 *dout, *out;
     const float *lse;
-    // (B*NH, Tp) each: bw_neg_lse2(lse) and D of the query rows, from dq for dkv; D is 0 at rows
-    // [Tq, Tp) and at the 128 floats past its end, which the last tile's copies may read
+    // (B*NH, Tp) each: bw_neg_lse2(lse) and D of the query rows, from prep; D is 0 at rows [Tq, Tp)
+    // and at the 128 floats past its end, which the last tile's copies may read
     float *nl, *D;
-    int *counter;  // 2 ints: the dq and dkv kernels' handed-out work items
-    int Tp;        // Tq rounded up to 4: the rows of D and nl are 16-byte aligned, as bulk copies need
+    int *counter; // 2 ints: the dq and dkv kernels' handed-out work items
+    int *sem;     // fused: (B*NH, MQ) key tiles that have added into each query tile's dQ
+    float *acc;   // fused: the dQ accumulator
+    int Tp, mq;   // Tq rounded up to 4; query tiles of bw_step
     attn_dims d;
     float sl2, scale; // log2(e)/sqrt(HS), 1/sqrt(HS)
 };
 
 // -lse log2(e): the exponent offset of P = 2^(s sl2 - lse log2(e)); -inf (P = 0) where lse is -inf
 __device__ __forceinline__ float bw_neg_lse2(float lse) { return lse == -INFINITY ? -INFINITY : -lse * ATT_LOG2E; }
+
+// D and nl of row (bh, i) for i < Tp, two threads a row (each half of dO . O); the dQ order
+// counters zeroed (fused).
+template <int HS> __global__ void attention_backward_prep_kernel(bw_args a) {
+    const attn_dims &d = a.d;
+    int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 2;
+    int half = threadIdx.x & 1, bh = (int)(r / a.Tp), i = (int)(r % a.Tp);
+    bool in = bh < d.B * d.NH && i < d.Tq;
+    float s = 0.0f;
+    if (in) {
+        int64_t o = ((int64_t)(bh / d.NH) * d.Tq + i) * d.C + bh % d.NH * HS + half * (HS / 2);
+        const uint4 *op = (const uint4 *)(a.out + o), *dp = (const uint4 *)(a.dout + o);
+#pragma unroll
+        for (int k = 0; k < HS / 16; k++) {
+            uint4 x = dp[k], y = op[k];
+            const __nv_bfloat162 *xs = (const __nv_bfloat162 *)&x, *ys = (const __nv_bfloat162 *)&y;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float2 xf = __bfloat1622float2(xs[e]), yf = __bfloat1622float2(ys[e]);
+                s += xf.x * yf.x + xf.y * yf.y;
+            }
+        }
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    if (half || bh >= d.B * d.NH) return;
+    a.D[r] = s; // 0 past Tq
+    if (in) a.nl[r] = bw_neg_lse2(a.lse[(int64_t)bh * d.Tq + i]);
+    if (bw_fused(HS) && in && i % bw_step(HS) == 0) a.sem[(int64_t)bh * a.mq + i / bw_step(HS)] = 0;
+}
 
 template <int HS>
 __global__ void __launch_bounds__(ATT_WG_THREADS, 1)
@@ -64,42 +126,19 @@ attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const
         return att_job{{{&mq, h * HS}, {&mdo, h * HS}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nst, p.bh / d.NH};
     };
     if (sm.producer(total, a.counter, plan)) return;
-    int w = threadIdx.x / 128 - 1; // the consumer warpgroup (0 or 1)
-    int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
     int j = 0; // key tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
         att_place p = att_tile_at(d, item, ntiles, true);
         att_job job = plan(item);
         int q0 = job.own_row, nst = job.n;
         int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
-        // D of row r0 + tid/2 from half a row of dO and O each (lanes 2x, 2x+1 of a warp share row x)
-        int drow = r0 + threadIdx.x % 128 / 2;
-        float dsum = 0.0f;
-        if (drow < Tq) {
-            const uint4 *op = (const uint4 *)(a.out + p.o + (int64_t)drow * d.C + (lane & 1) * (HS / 2));
-            const uint4 *dp = (const uint4 *)(a.dout + p.o + (int64_t)drow * d.C + (lane & 1) * (HS / 2));
-#pragma unroll
-            for (int i = 0; i < HS / 16; i++) {
-                uint4 x = dp[i], y = op[i];
-                const __nv_bfloat162 *xs = (const __nv_bfloat162 *)&x, *ys = (const __nv_bfloat162 *)&y;
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 xf = __bfloat1622float2(xs[e]), yf = __bfloat1622float2(ys[e]);
-                    dsum += xf.x * yf.x + xf.y * yf.y;
-                }
-            }
-        }
-        dsum += __shfl_xor_sync(0xffffffffu, dsum, 1);
-        if ((lane & 1) == 0 && drow < a.Tp) { // for dkv (D = 0 past Tq)
-            a.D[(int64_t)p.bh * a.Tp + drow] = dsum;
-            if (drow < Tq) a.nl[(int64_t)p.bh * a.Tp + drow] = bw_neg_lse2(a.lse[(int64_t)p.bh * Tq + drow]);
-        }
-        float Dr[2] = {__shfl_sync(0xffffffffu, dsum, 2 * g), __shfl_sync(0xffffffffu, dsum, 2 * g + 16)};
-        float nl2[2]; // -lse log2(e) of the thread's rows; -inf past Tq (P = 0)
+        float nl2[2], Dr[2]; // -lse log2(e) (-inf past Tq: P = 0) and D of the thread's rows
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             int row = rw + 8 * r;
-            nl2[r] = row < Tq ? bw_neg_lse2(a.lse[(int64_t)p.bh * Tq + row]) : -INFINITY;
+            nl2[r] = row < Tq ? a.nl[(int64_t)p.bh * a.Tp + row] : -INFINITY;
+            Dr[r] = row < Tq ? a.D[(int64_t)p.bh * a.Tp + row] : 0.0f;
         }
         int nkw = att_key_tiles(d, r0, 64, STEP); // tiles it sees
         float dq[HS / 2] = {};
@@ -142,39 +181,115 @@ attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const
     }
 }
 
+// The fused kernel's dQ hand-off in the extra shared memory: dS of the tile (bf16, queries x 128
+// keys as two K-major tiles of STEP rows x 64 keys, swizzled), the dQ partial (fp32, STEP x HS in
+// accumulator order: warpgroup w, warp v, register quad i, lane l at float4 ((4w + v) 8 + i) 32 + l),
+// its full barrier (8 consumer warps) and empty barrier (the writer), and where it goes.
+struct bw_meta {
+    int64_t at; // float offset of the query tile in the accumulator
+    int sem, n; // its order counter; this key tile's turn (bw_turn); n < 0: no more tiles
+};
+template <int HS> struct bw_dq_smem {
+    static constexpr int STEP = bw_step(HS), DS = STEP * 128 * 2, ACC = STEP * HS * 4;
+    static constexpr int bytes = DS + ACC + 16 + (int)sizeof(bw_meta);
+    unsigned char *base;
+    __device__ __forceinline__ unsigned char *ds() const { return base; }
+    __device__ __forceinline__ float *acc() const { return (float *)(base + DS); }
+    __device__ __forceinline__ uint64_t *full() const { return (uint64_t *)(base + DS + ACC); }
+    __device__ __forceinline__ uint64_t *empty() const { return full() + 1; }
+    __device__ __forceinline__ bw_meta *meta() const { return (bw_meta *)(full() + 2); }
+};
+// The turn of key tile n (of 128 keys) at query tile m (of step rows): the key tiles that stream
+// it are 0..last (bw_first_query), and they add in the order last, last - 1, ..., 0.
+__device__ __forceinline__ int bw_turn(const attn_dims &d, int m, int n, int step) {
+    int x = (m + 1) * step + d.delta; // n streams m when n ATT_WG_ROWS < x (x >= 1 then)
+    return min((d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS - 1, (x - 1) / ATT_WG_ROWS) - n;
+}
+// Float offset of query tile m of head bh in the accumulator
+__host__ __device__ __forceinline__ int64_t bw_dq_at(const bw_args &a, int bh, int m, int hs) {
+    return ((int64_t)bh * a.mq + m) * bw_step(hs) * hs;
+}
+
+// The writer (lane 0 of the producer warpgroup's second warp): each dQ partial the consumers hand
+// over, once it is this key tile's turn at the query tile, stored (turn 0) or added into the
+// accumulator; then the turn passes on. Ends at the consumers' n < 0.
+template <int HS> __device__ void bw_write_dq(const bw_dq_smem<HS> &x, const bw_args &a) {
+    for (int u = 0;; u++) {
+        mbar_wait(x.full(), u & 1);
+        bw_meta m = *x.meta();
+        if (m.n < 0) break;
+        int *sem = a.sem + m.sem;
+        while (m.n > 0 && ld_acquire(sem) != m.n) {
+        }
+        fence_async_global();
+        if (m.n == 0)
+            bulk_store(a.acc + m.at, x.acc(), bw_dq_smem<HS>::ACC);
+        else
+            bulk_add_f32(a.acc + m.at, x.acc(), bw_dq_smem<HS>::ACC);
+        bulk_commit();
+        bulk_wait_read();
+        mbar_arrive(x.empty());
+        bulk_wait();
+        fence_async_global();
+        red_release_add(sem, 1);
+    }
+}
+
+// The warp's 16 keys of dS^T (da, as held: keys x STEP queries) into the dS tiles as queries x keys:
+// k-step kk is queries 16kk..16kk+15, four 8x8 matrices (keys 0-7, 8-15 of the warp) x (queries
+// +0-7, +8-15), stored transposed.
+template <int STEP>
+__device__ __forceinline__ void bw_store_ds(unsigned char *ds, const uint32_t (&da)[STEP / 16][4], int w) {
+    int lane = threadIdx.x % 32, mi = lane / 8, r = lane % 8, chunk = 2 * (threadIdx.x / 32 % 4) + (mi & 1);
+    unsigned char *p = ds + w * STEP * 128 + (8 * (mi >> 1) + r) * 128 + ((chunk ^ r) << 4);
+#pragma unroll
+    for (int kk = 0; kk < STEP / 16; kk++) stsm_x4_trans(p + kk * 16 * 128, da[kk]);
+}
+
 template <int HS>
 __global__ void __launch_bounds__(ATT_WG_THREADS, 1)
 attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mdo,
                                     const __grid_constant__ CUtensorMap mkv, bw_args a) {
     extern __shared__ unsigned char bw_raw[];
     constexpr int STEP = bw_step(HS);
-    const att_smem<HS, 2, STEP, BW_STAGES, 2> sm(bw_raw);
+    constexpr bool FUSED = bw_fused(HS);
+    const att_smem<HS, 2, STEP, BW_STAGES, 2, FUSED ? bw_dq_smem<HS>::bytes : 0> sm(bw_raw);
+    const bw_dq_smem<HS> x{sm.extra()};
     const attn_dims &d = a.d;
     int Tq = d.Tq, ntiles = (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
     // an item's copies: its K and V tiles (rows k0..), then the Q and dO tiles, with their nl and
-    // D, from the first query that sees k0 rounded down to a multiple of 4 (qs) to Tq
+    // D, from the first query tile that sees k0 (qs) to Tq. Fused, the key tiles of a head go out
+    // last first: each adds to a query tile's dQ after the key tiles above it (bw_turn), which
+    // reach that query tile earlier.
     auto plan = [&](int item) {
-        att_place p = att_tile_at(d, item, ntiles, false);
+        att_place p = att_tile_at(d, item, ntiles, FUSED);
         int h = p.bh % d.NH, k0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-        int qs = min(max(k0 - d.delta, 0), Tq) & ~3, nst = (Tq - qs + STEP - 1) / STEP;
+        int qs = bw_first_query(d, k0, STEP), nst = (Tq - qs + STEP - 1) / STEP;
         int64_t at = (int64_t)p.bh * a.Tp + qs;
         return att_job{{{&mkv, kcol}, {&mkv, kcol + d.C}}, {{&mq, h * HS}, {&mdo, h * HS}}, k0, qs, nst, p.bh / d.NH,
                        {a.nl + at, a.D + at}};
     };
-    if (sm.producer(total, a.counter + 1, plan)) return;
+    if (FUSED && threadIdx.x == 0) mbar_init(x.full(), 8), mbar_init(x.empty(), 1); // fenced in producer()
+    if (sm.template producer<FUSED>(total, a.counter + 1, plan)) {
+        if (FUSED && threadIdx.x == 32) bw_write_dq(x, a);
+        return;
+    }
     int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
     int j = 0; // query tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
-        att_place p = att_tile_at(d, item, ntiles, false);
+        att_place p = att_tile_at(d, item, ntiles, FUSED);
         att_job job = plan(item);
-        int k0 = job.own_row, qs = job.row0, nst = job.n;
+        int k0 = job.own_row, nst = job.n;
         int kw = k0 + 64 * w, rk = att_wg_row(kw); // the warpgroup's first key; the thread's keys rk, rk + 8
         float dk[HS / 2] = {}, dv[HS / 2] = {};
         for (int jj = 0; jj < nst; jj++, j++) {
-            int qt = qs + jj * STEP;
+            int qt = job.row0 + jj * STEP;
             sm.wait(j, 0);
             sm.wait(j, 1);
-            if (qt + STEP - 1 + d.delta >= kw && kw < d.Tk) { // some query of the tile sees some key of the warpgroup
+            // some query of the tile sees some key of the warpgroup
+            bool seen = qt + STEP - 1 + d.delta >= kw && kw < d.Tk;
+            uint32_t pa[STEP / 16][4], da[STEP / 16][4]; // P^T and dS^T as A fragments (att_frags)
+            if (seen) {
                 float st[STEP / 2], dpt[STEP / 2];
                 wg_fence();
                 att_product_ss<STEP, HS>(st, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), STEP);  // S^T
@@ -185,7 +300,6 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                 wg_hold(dpt);
                 bool diag = qt + d.delta < kw + 63; // some (key, query) pair of the warpgroup is masked
                 const float *nls = sm.stage_vec(j, 0), *D = sm.stage_vec(j, 1); // of the tile's queries
-                uint32_t pa[STEP / 16][4], da[STEP / 16][4]; // P^T and dS^T as A fragments (att_frags)
 #pragma unroll
                 for (int i = 0; i < STEP / 8; i++) {
                     int q = 8 * i + 2 * t; // the thread's queries qt + q, + 1
@@ -202,21 +316,85 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                     att_frag_put(pa, i, p);
                     att_frag_put(da, i, ds);
                 }
+            } else if (FUSED) { // its dS is zero
+#pragma unroll
+                for (int i = 0; i < STEP / 16; i++) da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
+            }
+            if (FUSED) { // dS into shared memory, once both warpgroups' dQ products of the last tile are done
+                if (j > 0) named_sync<256>(BW_DS_FREE);
+                bw_store_ds<STEP>(x.ds(), da, w);
+                fence_async_smem();
+            }
+            if (seen) {
                 wg_hold(dv);
                 wg_hold(dk);
                 wg_fence();
                 att_product_rs<HS, STEP>(dv, pa, sm.stage_op(j, 1), STEP); // dV += P^T dO
                 att_product_rs<HS, STEP>(dk, da, sm.stage_op(j, 0), STEP); // dK += dS^T Q
                 wg_commit();
+            }
+            if (FUSED) {
+                float dq[32]; // 64 queries x 64 columns: the warpgroup's half of the tile's queries
+                named_sync<256>(BW_DS_FULL);
+                wg_fence();
+                att_product_sn<64, 128>(dq, x.ds(), STEP, 64 * w, sm.own_op(k, 0), ATT_WG_ROWS); // dQ = dS K
+                wg_commit();
                 wg_wait<0>();
+                wg_hold(dq);
                 wg_hold(dv);
                 wg_hold(dk);
+                sm.release(j);
+                if (j > 0) mbar_wait(x.empty(), (j - 1) & 1); // the writer has read the last partial
+                float4 *o = (float4 *)x.acc() + (threadIdx.x / 32 - 4) * 8 * 32 + threadIdx.x % 32;
+#pragma unroll
+                for (int i = 0; i < 8; i++) o[32 * i] = make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+                int m = qt / STEP;
+                if (threadIdx.x == 128) *x.meta() = {bw_dq_at(a, p.bh, m, HS), p.bh * a.mq + m, bw_turn(d, m, p.tile, STEP)};
+                fence_async_smem();
+                __syncwarp();
+                if (threadIdx.x % 32 == 0) mbar_arrive(x.full());
+            } else {
+                if (seen) {
+                    wg_wait<0>();
+                    wg_hold(dv);
+                    wg_hold(dk);
+                }
+                sm.release(j);
             }
-            sm.release(j);
         }
         const float sk[2] = {a.scale, a.scale}, sv[2] = {1.0f, 1.0f};
         att_store<HS>(a.dkv + p.k, d.ldk, dk, sk, kw, d.Tk, d.add);
         att_store<HS>(a.dkv + p.k + d.C, d.ldk, dv, sv, kw, d.Tk, d.add);
+    }
+    if (FUSED) { // tell the writer there is no more
+        if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
+        if (threadIdx.x == 128) x.meta()->n = -1;
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbar_arrive(x.full());
+    }
+}
+
+// dq (=, or += with d.add) from the fused kernel's accumulator times 1/sqrt(HS): one thread a float4
+// of it (two rows, two columns); rows of query tiles that no key tile streamed (they see no key) get 0.
+template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
+    constexpr int STEP = bw_step(HS), PER = STEP * HS / 4; // float4s a query tile
+    const attn_dims &d = a.d;
+    int64_t f = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (int64_t)d.B * d.NH * a.mq * PER) return;
+    int64_t tile = f / PER;
+    int o = (int)(f % PER), bh = (int)(tile / a.mq), m = (int)(tile % a.mq);
+    int lane = o % 32, i = o / 32 % 8, v = o / 256; // register quad i of warp v % 4 of warpgroup v / 4
+    int row = m * STEP + 64 * (v / 4) + 16 * (v % 4) + lane / 4, col = 8 * i + 2 * (lane % 4);
+    float4 x = ((const float4 *)a.acc)[f];
+    if (m * STEP < bw_first_query(d, 0, STEP)) x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    bf16 *dq = a.dq + (int64_t)(bh / d.NH) * d.Tq * d.ldq + bh % d.NH * HS + col;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int q = row + 8 * r;
+        if (q >= d.Tq) continue;
+        __nv_bfloat162 *p = (__nv_bfloat162 *)(dq + (int64_t)q * d.ldq);
+        float2 y = r ? make_float2(x.z, x.w) : make_float2(x.x, x.y), old = d.add ? __bfloat1622float2(*p) : make_float2(0.0f, 0.0f);
+        *p = __floats2bfloat162_rn(old.x + y.x * a.scale, old.y + y.y * a.scale);
     }
 }
 
@@ -224,25 +402,35 @@ template <int HS>
 static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, const bf16 *kv) {
     const attn_dims &d = a->d;
     int BNH = d.B * d.NH;
-    unsigned qgrid = att_grid(cu, (d.Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
-    unsigned kgrid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter + 1);
     constexpr int STEP = bw_step(HS);
-    int dq_smem = (int)att_smem<HS, 2, STEP, BW_STAGES>::bytes, dkv_smem = (int)att_smem<HS, 2, STEP, BW_STAGES, 2>::bytes;
+    constexpr bool FUSED = bw_fused(HS);
     cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize; // over 48 KB: opt in
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>, attr, dq_smem));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, attr, dkv_smem));
-    { // dq: own Q and dO tiles of 128 rows, streamed K and V tiles of STEP
+    int64_t prep_threads = 2 * (int64_t)BNH * a->Tp;
+    attention_backward_prep_kernel<HS><<<(unsigned)((prep_threads + 255) / 256), 256, 0, cu->stream>>>(*a);
+    CUDA_LAUNCH_CHECK();
+    if constexpr (!FUSED) { // dq: own Q and dO tiles of 128 rows, streamed K and V tiles of STEP
+        int smem = (int)att_smem<HS, 2, STEP, BW_STAGES>::bytes;
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>, attr, smem));
+        unsigned grid = att_grid(cu, (d.Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
         CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, ATT_WG_ROWS);
         CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, ATT_WG_ROWS);
         CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, STEP);
-        attention_backward_dq_wgmma_kernel<HS><<<qgrid, ATT_WG_THREADS, dq_smem, cu->stream>>>(mq, mdo, mkv, *a); // writes D
+        attention_backward_dq_wgmma_kernel<HS><<<grid, ATT_WG_THREADS, smem, cu->stream>>>(mq, mdo, mkv, *a);
         CUDA_LAUNCH_CHECK();
     }
-    { // dkv: own K and V tiles of 128 rows, streamed Q and dO tiles of STEP with their nl and D
+    { // dkv (and dQ partials when fused): own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
+        int smem = (int)att_smem<HS, 2, STEP, BW_STAGES, 2, FUSED ? bw_dq_smem<HS>::bytes : 0>::bytes;
+        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, attr, smem));
+        unsigned grid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter + 1);
         CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, STEP);
         CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, STEP);
         CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, ATT_WG_ROWS);
-        attention_backward_dkv_wgmma_kernel<HS><<<kgrid, ATT_WG_THREADS, dkv_smem, cu->stream>>>(mq, mdo, mkv, *a);
+        attention_backward_dkv_wgmma_kernel<HS><<<grid, ATT_WG_THREADS, smem, cu->stream>>>(mq, mdo, mkv, *a);
+        CUDA_LAUNCH_CHECK();
+    }
+    if constexpr (FUSED) {
+        int64_t n = (int64_t)BNH * a->mq * STEP * HS / 4;
+        attention_backward_dq_out_kernel<HS><<<(unsigned)((n + 255) / 256), 256, 0, cu->stream>>>(*a);
         CUDA_LAUNCH_CHECK();
     }
 }
@@ -250,10 +438,12 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, const bf16 *dout, const bf16 *q,
                               const bf16 *kv, const bf16 *out, const float *lse, void *scratch) {
     float scale = 1.0f / sqrtf((float)d.hs);
-    int Tp = bw_tp(d.Tq);
-    float *nl = (float *)((char *)scratch + 16), *D = nl + (size_t)d.B * d.NH * Tp;
-    CUDA_CHECK(cudaMemsetAsync(D + (size_t)d.B * d.NH * Tp, 0, 128 * sizeof(float), cu->stream));
-    bw_args a = {dq, dkv, dout, out, lse, nl, D, (int *)scratch, Tp, d, scale * ATT_LOG2E, scale};
+    bw_layout l = bw_layout_of(d);
+    char *s = (char *)scratch;
+    int Tp = bw_tp(d.Tq), step = bw_step(d.hs);
+    CUDA_CHECK(cudaMemsetAsync(s + l.sem - 128 * 4, 0, 128 * sizeof(float), cu->stream)); // past D's end
+    bw_args a = {dq, dkv, dout, out, lse, (float *)(s + l.nl), (float *)(s + l.D), (int *)s, (int *)(s + l.sem),
+                 (float *)(s + l.acc), Tp, (d.Tq + step - 1) / step, d, scale * ATT_LOG2E, scale};
     if (d.hs == 64)
         launch_backward<64>(cu, &a, q, kv);
     else

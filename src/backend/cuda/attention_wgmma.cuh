@@ -5,25 +5,25 @@
 // 128-row tile.
 //
 // Blocks are persistent (one an SM) and take work items (own tiles) from a counter as they finish
-// the last (most work first, att_tile_at), so that no SM idles while another has items queued.
-// Item k of a block starts at a named barrier (ATT_ITEM_START) of the producer warp and the
-// consumers: before it the producer has written item k+1's index into one of three slots (the
-// consumers read item k's after it; the slot written before barrier k was last read before barrier
-// k-1), issued item k's own operands and its first streamed tiles; after it, the producer copies
-// item k+1's own operands into the other of two buffers (item k-1's, which the consumers finished
-// before the barrier) while the consumers work on item k: the copies of one item overlap the
-// products and stores of the last. Every shared-memory hand-off is a barrier both sides sync on
-// (bar.sync, mbarrier), which compute-sanitizer's racecheck orders.
+// the last (most work first, att_tile_at; the fused backward shortest first), so that no SM idles
+// while another has items queued. Item k of a block starts at a named barrier (ATT_ITEM_START) of
+// the producer warp and the consumers: before it the producer has issued item k's own operands and
+// its first streamed tiles; after it, the consumers read item k's index from one of three slots
+// (take_slot), and the producer copies item k+1's own operands into the other of two buffers (item
+// k-1's, which the consumers finished before the barrier) while the consumers work on item k: the
+// copies of one item overlap the products and stores of the last. Every shared-memory hand-off is
+// a barrier both sides sync on (bar.sync, mbarrier), which compute-sanitizer's racecheck orders.
 // Shared memory (att_smem): two buffers of NOWN "own" operands of 128 rows x HS (Q, or Q and dO,
 // or K and V), one an item; then STAGES stages of two streamed operands of ROWS rows x HS (K and
 // V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
-// streamed queries' -lse log2(e) and D, by bulk copies); then the transaction barriers: per own
-// buffer own_full (its operands landed), per stage and streamed operand full (it landed, operand 0
-// with the vectors) and empty (the 8 consumer warps are done with it; operand 0's with vectors:
-// the 256 consumer threads); then the item slots. Every operand is HS/64 tiles of rows x 64
-// columns, 128-byte swizzled (hopper.cuh). Consumers wait on every streamed operand, use it or
-// not, and release it: an operand's slot is refilled only after its copy landed and every consumer
-// warp let it go (the forward lets K go before V).
+// streamed queries' -lse log2(e) and D, by bulk copies); then EXTRA bytes the kernel lays out
+// itself (1024-aligned, `extra`); then the transaction barriers: per own buffer own_full (its
+// operands landed), per stage and streamed operand full (it landed, operand 0 with the vectors)
+// and empty (the 8 consumer warps are done with it; operand 0's with vectors: the 256 consumer
+// threads); then the item slots. Every operand is HS/64 tiles of rows x 64 columns, 128-byte
+// swizzled (hopper.cuh). Consumers wait on every streamed operand, use it or not, and release it:
+// an operand's slot is refilled only after its copy landed and every consumer warp let it go (the
+// forward lets K go before V).
 #pragma once
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/hopper.cuh"
@@ -46,15 +46,16 @@ typedef struct {
     const float *vec[2];
 } att_job;
 
-template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem {
+template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0> struct att_smem {
     static constexpr int NC = HS / 64;                    // 64-column tiles of an operand
     static constexpr int OWN = NC * ATT_WG_ROWS * 128;    // bytes of an own operand
     static constexpr int TILE = NC * ROWS * 128;          // bytes of a streamed operand
     static constexpr int VEC = ROWS * 4;                  // bytes of a streamed vector (a multiple of 128)
-    // byte offsets from the 1024-aligned base: the own buffers, the stages, the vectors, the
-    // barriers (own_full[2], full[2][STAGES], empty[2][STAGES]), the item slots
+    // byte offsets from the 1024-aligned base: the own buffers, the stages, the vectors, the extra
+    // bytes, the barriers (own_full[2], full[2][STAGES], empty[2][STAGES]), the item slots
     static constexpr int STAGES_AT = 2 * NOWN * OWN, VECS_AT = STAGES_AT + STAGES * 2 * TILE;
-    static constexpr int BARS_AT = VECS_AT + STAGES * NVEC * VEC, ITEM_AT = BARS_AT + (2 + 4 * STAGES) * 8;
+    static constexpr int EXTRA_AT = (VECS_AT + STAGES * NVEC * VEC + 1023) / 1024 * 1024;
+    static constexpr int BARS_AT = EXTRA_AT + EXTRA, ITEM_AT = BARS_AT + (2 + 4 * STAGES) * 8;
     static constexpr size_t bytes = (size_t)ITEM_AT + 3 * 4 + 1024; // + the alignment of the base
     unsigned char *base; // the only member: every address is a constant offset from it
 
@@ -68,6 +69,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
     __device__ __forceinline__ float *stage_vec(int j, int v) const {
         return (float *)(base + VECS_AT + (j % STAGES * NVEC + v) * VEC);
     }
+    __device__ __forceinline__ unsigned char *extra() const { return base + EXTRA_AT; }
     __device__ __forceinline__ uint64_t *bar(int i) const { return (uint64_t *)(base + BARS_AT) + i; }
     __device__ __forceinline__ uint64_t *own_full(int k) const { return bar(k & 1); }
     __device__ __forceinline__ uint64_t *full(int j, int which) const { return bar(2 + which * STAGES + j % STAGES); }
@@ -84,40 +86,56 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0> struct att_smem 
         mbar_fence_init();
     }
     // Every thread of the block, first: thread 0 sets the barriers up; the producer warpgroup
-    // gives registers back, its first warp produces (as produce), and it gets true (its kernel
-    // then returns); the consumer warpgroups take the registers and get false.
-    template <class Plan> __device__ __forceinline__ bool producer(int total, int *counter, Plan plan) const {
+    // gives registers back, its first warp produces (as produce<LATE>), and it gets true (its
+    // kernel then returns, or its other warps do other work); the consumer warpgroups take the
+    // registers and get false.
+    template <bool LATE = false, class Plan>
+    __device__ __forceinline__ bool producer(int total, int *counter, Plan plan) const {
         if (threadIdx.x == 0) init();
         __syncthreads();
         if (threadIdx.x / 128 == 0) { // the producer warpgroup
             wg_regs_down<24>();
-            if (threadIdx.x < 32) produce(total, counter, plan);
+            if (threadIdx.x < 32) produce<LATE>(total, counter, plan);
             return true;
         }
         wg_regs_up<240>();
         return false;
     }
-    // The producer warp (its lane 0 copies): work items blockIdx.x, then the next one that
-    // *counter hands out (counter zero at launch), until `total`; plan(item) says what to copy for
-    // it. The k-th item's own operands go to buffer k % 2; the streamed tiles go through the
-    // stages, whose phases run on across items (j counts the block's tiles).
-    template <class Plan> __device__ void produce(int total, int *counter, Plan plan) const {
-        int cur = (int)blockIdx.x, j = 0; // blockIdx.x < total (att_grid)
+    // The producer warp (its lane 0 copies): the work items that *counter hands out (counter zero
+    // at launch), in its order, until `total`; plan(item) says what to copy for it. The block takes
+    // its next item when item k starts, or with LATE once item k's last tile is on its way, so
+    // that items start in about the order they went out (the fused backward's items wait for
+    // earlier ones: the dQ order). Items go only to running blocks, so the wait ends. The k-th
+    // item's own operands go to buffer k % 2; the streamed tiles go through the stages, whose
+    // phases run on across items (j counts the block's tiles).
+    template <bool LATE, class Plan> __device__ void produce(int total, int *counter, Plan plan) const {
+        int cur = take(counter), j = 0;
         if (threadIdx.x == 0) *item(0) = cur;
-        load_own(0, plan(cur));
+        if (cur < total) load_own(0, plan(cur));
         for (int k = 0; cur < total; k++) {
             att_job job = plan(cur);
-            int first = min(job.n, STAGES);
+            int first = min(job.n, STAGES), next = 0;
             for (int i = 0; i < first; i++) load_tile(job, i, j + i);
-            int taken = threadIdx.x == 0 ? atomicAdd(counter, 1) : 0;
-            int next = (int)gridDim.x + __shfl_sync(0xffffffffu, taken, 0);
-            if (threadIdx.x == 0) *item(k + 1) = next;
+            if (!LATE) next = take_slot(counter, k + 1);
             named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // item k starts
-            if (next < total) load_own(k + 1, plan(next));
+            if (!LATE && next < total) load_own(k + 1, plan(next));
             for (int i = first; i < job.n; i++) load_tile(job, i, j + i);
+            if (LATE && (next = take_slot(counter, k + 1)) < total) load_own(k + 1, plan(next));
             j += job.n, cur = next;
         }
         named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // the consumers read that there is no more work
+    }
+    // The next item of the counter, to every lane of the warp; take_slot also writes it into the
+    // slot of the block's k-th item, after barrier k - 2 (the consumers last read that slot, item
+    // k - 3's, between barriers k - 3 and k - 2) and before barrier k, after which they read it.
+    __device__ __forceinline__ int take(int *counter) const {
+        int taken = threadIdx.x == 0 ? atomicAdd(counter, 1) : 0;
+        return __shfl_sync(0xffffffffu, taken, 0);
+    }
+    __device__ __forceinline__ int take_slot(int *counter, int k) const {
+        int next = take(counter);
+        if (threadIdx.x == 0) *item(k) = next;
+        return next;
     }
     // Lane 0: the own operands of the block's k-th item into buffer k % 2.
     __device__ __forceinline__ void load_own(int k, const att_job &job) const {
@@ -210,6 +228,16 @@ __device__ __forceinline__ void att_product_ss(float (&d)[N / 2], const unsigned
     for (int kk = 0; kk < HS / 16; kk++)
         wgmma_bf16<N>::ss(d, wg_desc(a + kk / 4 * a_rows * 128 + a_row0 * 128 + kk % 4 * 32, 0),
                           wg_desc(b + kk / 4 * b_rows * 128 + kk % 4 * 32, 0), kk > 0);
+}
+// d (64 x N) = A B with A (64 x K) K-major in shared memory at a (K/64 tiles of a_rows rows, its 64
+// rows from row a_row0) and B (K x N) an N-major operand at b (K rows of N/64 tiles of b_rows rows)
+template <int N, int K>
+__device__ __forceinline__ void att_product_sn(float (&d)[N / 2], const unsigned char *a, int a_rows, int a_row0,
+                                               const unsigned char *b, int b_rows) {
+#pragma unroll
+    for (int kk = 0; kk < K / 16; kk++)
+        wgmma_bf16<N>::template ss<1>(d, wg_desc(a + kk / 4 * a_rows * 128 + a_row0 * 128 + kk % 4 * 32, 0),
+                                      wg_desc(b + kk * 16 * 128, b_rows * 128), kk > 0);
 }
 
 // Stores the thread's two rows (att_wg_row(row0) and + 8, those < T) of a 64 x HS accumulator,

@@ -69,12 +69,13 @@ template <int N> struct wgmma_bf16;
 #define WG_REGS32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define WG_REGS64 WG_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 template <> struct wgmma_bf16<64> {
-    // d (64 x 64) {+}= A B^T: A (64 x 16) and B (64 x 16) K-major in shared memory (descriptors)
-    static __device__ __forceinline__ void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+    // d (64 x 64) {+}= A B^T: A (64 x 16) and B (64 x 16) K-major in shared memory (descriptors);
+    // with TB = 1, d {+}= A B with B (16 x 64) N-major
+    template <int TB = 0> static __device__ __forceinline__ void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WG_REGS32 "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
                      : WG_ACC32(0)
-                     : "l"(a), "l"(b), "r"(accumulate));
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
     }
     // d (64 x 64) {+}= A B: A (64 x 16) as a register fragment, B (16 x 64) N-major in shared memory
     static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t a[4], uint64_t b, int accumulate) {
@@ -85,12 +86,13 @@ template <> struct wgmma_bf16<64> {
     }
 };
 template <> struct wgmma_bf16<128> {
-    // d (64 x 128) {+}= A B^T: A (64 x 16) and B (128 x 16) K-major in shared memory (descriptors)
-    static __device__ __forceinline__ void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    // d (64 x 128) {+}= A B^T: A (64 x 16) and B (128 x 16) K-major in shared memory (descriptors);
+    // with TB = 1, d {+}= A B with B (16 x 128) N-major
+    template <int TB = 0> static __device__ __forceinline__ void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_REGS64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WG_REGS64 "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
                      : WG_ACC32(0), WG_ACC32(32)
-                     : "l"(a), "l"(b), "r"(accumulate));
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
     }
     // d (64 x 128) {+}= A B: A (64 x 16) as a register fragment, B (16 x 128) N-major in shared memory
     static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t a[4], uint64_t b, int accumulate) {
@@ -145,6 +147,44 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
+}
+// Makes this thread's shared-memory writes visible to the async proxy (wgmma operands, bulk
+// copies out of shared memory), before the barrier that hands them over.
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Stores four 8x8 bf16 matrices transposed (stmatrix .trans): register i of the lane holds row
+// lane/4, columns 2(lane%4), +1 of matrix i (a quarter of an A fragment); lane L gives the address of
+// the 16 bytes of row L%8 of matrix L/8 as stored, i.e. of column L%8 of the matrix as held.
+__device__ __forceinline__ void stsm_x4_trans(void *p, const uint32_t r[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(smem_addr(p)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+// Bulk copies from shared memory to global memory (16-byte aligned, `bytes` a multiple of 16), in
+// bulk groups: a plain store, or an add (fp32, performed in L2 element by element); commit the
+// issued copies as a group; wait until the groups have read their sources (shared memory may be
+// rewritten), or until they are complete (their writes visible to this thread).
+__device__ __forceinline__ void bulk_store(void *dst, const void *src, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_addr(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_add_f32(float *dst, const void *src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(smem_addr(src)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Orders this thread's global-memory accesses of the generic proxy with those of its bulk copies.
+__device__ __forceinline__ void fence_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+// A counter in global memory that blocks pass on in order: read with acquire, add with release (gpu scope).
+__device__ __forceinline__ int ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 // A named barrier (ids 1-15; 0 is __syncthreads) among `threads` threads, whole warps: waits for
 // them all; it orders the shared-memory accesses around it.
