@@ -12,9 +12,11 @@
 //       first key (bw_first_query) to Tq: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are
 //       register fragments for dV += P^T dO and dK += dS^T Q (Q and dO N-major).
 //   At HS = 64 (bw_fused) dkv computes dQ too: 5 tile products per pair of tiles, as FlashAttention-2
-//   does. dS goes into shared memory (stmatrix, transposed), each warpgroup computes dQ = dS K for
-//   64 of the tile's 128 queries, and hands the fp32 partial to the producer warpgroup's second
-//   warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
+//   does. Each warpgroup puts its dS (the tile's queries x its 64 keys) into shared memory
+//   (stmatrix, transposed) and computes dQ = dS K for the tile's 128 queries over its own keys;
+//   warpgroup 0 stores its fp32 partial in shared memory and warpgroup 1 adds its own (so the two
+//   meet only there, not at a barrier every tile), then hands the sum to the producer warpgroup's
+//   second warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
 //   tile's turn at that query tile: a counter per query tile passes the turn from key tile to key
 //   tile in a fixed order (FlashAttention-3's deterministic mode), so the sums are the same bits in
 //   every run. The order is the last key tile first (bw_turn), which stores instead of adding:
@@ -36,8 +38,7 @@
 __host__ __device__ constexpr int bw_step(int hs) { return hs == 64 ? 128 : 64; }
 __host__ __device__ constexpr bool bw_fused(int hs) { return hs == 64; }
 #define BW_STAGES 2
-#define BW_DS_FREE 2 // named barriers of the two consumer warpgroups (fused): dS may be overwritten,
-#define BW_DS_FULL 3 // dS is whole
+#define BW_DS 2 // named barriers 2 and 3: consumer warpgroup w's dS half may be overwritten / is whole
 static inline int bw_tp(int Tq) { return (Tq + 3) & ~3; }
 
 // The first query row a key tile from k0 streams: the first that sees k0, rounded down to a
@@ -183,21 +184,24 @@ attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const
 
 // The fused kernel's dQ hand-off in the extra shared memory: dS of the tile (bf16, queries x 128
 // keys as two K-major tiles of STEP rows x 64 keys, swizzled), the dQ partial (fp32, STEP x HS in
-// accumulator order: warpgroup w, warp v, register quad i, lane l at float4 ((4w + v) 8 + i) 32 + l),
-// its full barrier (8 consumer warps) and empty barrier (the writer), and where it goes.
+// accumulator order: query half h (rows 64h..), warp v, register quad i, lane l at float4
+// ((4h + v) 8 + i) 32 + l), its full barrier (warpgroup 1's 128 threads: the sum is in), empty
+// barrier (the writer has read it), half barrier (warpgroup 0's 128 threads: its partial is in),
+// and where it goes.
 struct bw_meta {
     int64_t at; // float offset of the query tile in the accumulator
     int sem, n; // its order counter; this key tile's turn (bw_turn); n < 0: no more tiles
 };
 template <int HS> struct bw_dq_smem {
     static constexpr int STEP = bw_step(HS), DS = STEP * 128 * 2, ACC = STEP * HS * 4;
-    static constexpr int bytes = DS + ACC + 16 + (int)sizeof(bw_meta);
+    static constexpr int bytes = DS + ACC + 24 + (int)sizeof(bw_meta);
     unsigned char *base;
     __device__ __forceinline__ unsigned char *ds() const { return base; }
     __device__ __forceinline__ float *acc() const { return (float *)(base + DS); }
     __device__ __forceinline__ uint64_t *full() const { return (uint64_t *)(base + DS + ACC); }
     __device__ __forceinline__ uint64_t *empty() const { return full() + 1; }
-    __device__ __forceinline__ bw_meta *meta() const { return (bw_meta *)(full() + 2); }
+    __device__ __forceinline__ uint64_t *half() const { return full() + 2; }
+    __device__ __forceinline__ bw_meta *meta() const { return (bw_meta *)(full() + 3); }
 };
 // The turn of key tile n (of 128 keys) at query tile m (of step rows): the key tiles that stream
 // it are 0..last (bw_first_query), and they add in the order last, last - 1, ..., 0.
@@ -269,7 +273,8 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
         return att_job{{{&mkv, kcol}, {&mkv, kcol + d.C}}, {{&mq, h * HS}, {&mdo, h * HS}}, k0, qs, nst, p.bh / d.NH,
                        {a.nl + at, a.D + at}};
     };
-    if (FUSED && threadIdx.x == 0) mbar_init(x.full(), 8), mbar_init(x.empty(), 1); // fenced in producer()
+    if (FUSED && threadIdx.x == 0) // fenced in producer()
+        mbar_init(x.full(), 128), mbar_init(x.empty(), 1), mbar_init(x.half(), 128);
     if (sm.template producer<FUSED>(total, a.counter + 1, plan)) {
         if (FUSED && threadIdx.x == 32) bw_write_dq(x, a);
         return;
@@ -316,14 +321,13 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                     att_frag_put(pa, i, p);
                     att_frag_put(da, i, ds);
                 }
-            } else if (FUSED) { // its dS is zero
-#pragma unroll
-                for (int i = 0; i < STEP / 16; i++) da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
             }
-            if (FUSED) { // dS into shared memory, once both warpgroups' dQ products of the last tile are done
-                if (j > 0) named_sync<256>(BW_DS_FREE);
+            bool dsq = FUSED && seen; // the warpgroup's dS^T into its half of the dS tile
+            if (dsq) {
+                named_sync<128>(BW_DS + w); // its last dQ product is done in every warp
                 bw_store_ds<STEP>(x.ds(), da, w);
                 fence_async_smem();
+                named_sync<128>(BW_DS + w);
             }
             if (seen) {
                 wg_hold(dv);
@@ -334,25 +338,51 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                 wg_commit();
             }
             if (FUSED) {
-                float dq[32]; // 64 queries x 64 columns: the warpgroup's half of the tile's queries
-                named_sync<256>(BW_DS_FULL);
-                wg_fence();
-                att_product_sn<64, 128>(dq, x.ds(), STEP, 64 * w, sm.own_op(k, 0), ATT_WG_ROWS); // dQ = dS K
-                wg_commit();
-                wg_wait<0>();
-                wg_hold(dq);
-                wg_hold(dv);
-                wg_hold(dk);
+                // dQ of the tile's 128 queries (two halves of 64) over the warpgroup's 64 keys
+                float dq[2][32];
+                if (dsq) {
+                    wg_fence();
+                    const unsigned char *ds = x.ds() + w * STEP * 128, *kt = sm.own_op(k, 0) + 64 * w * 128;
+                    att_product_sn<64, 64>(dq[0], ds, STEP, 0, kt, ATT_WG_ROWS);  // dQ = dS K
+                    att_product_sn<64, 64>(dq[1], ds, STEP, 64, kt, ATT_WG_ROWS);
+                    wg_commit();
+                    wg_wait<0>();
+                    wg_hold(dq[0]);
+                    wg_hold(dq[1]);
+                    wg_hold(dv);
+                    wg_hold(dk);
+                }
                 sm.release(j);
-                if (j > 0) mbar_wait(x.empty(), (j - 1) & 1); // the writer has read the last partial
-                float4 *o = (float4 *)x.acc() + (threadIdx.x / 32 - 4) * 8 * 32 + threadIdx.x % 32;
+                // warpgroup 0 stores its partial (once the writer has read the last one), then
+                // warpgroup 1 adds its own and hands the sum to the writer
+                float4 *o = (float4 *)x.acc() + (threadIdx.x / 32 % 4) * 8 * 32 + threadIdx.x % 32;
+                if (w == 0) {
+                    if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
+                    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-                for (int i = 0; i < 8; i++) o[32 * i] = make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-                int m = qt / STEP;
-                if (threadIdx.x == 128) *x.meta() = {bw_dq_at(a, p.bh, m, HS), p.bh * a.mq + m, bw_turn(d, m, p.tile, STEP)};
-                fence_async_smem();
-                __syncwarp();
-                if (threadIdx.x % 32 == 0) mbar_arrive(x.full());
+                    for (int h = 0; h < 2; h++)
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            const float *v = dq[h] + 4 * i;
+                            o[(4 * h * 8 + i) * 32] = dsq ? make_float4(v[0], v[1], v[2], v[3]) : zero;
+                        }
+                    mbar_arrive(x.half());
+                } else {
+                    mbar_wait(x.half(), j & 1);
+                    if (dsq)
+#pragma unroll
+                        for (int h = 0; h < 2; h++)
+#pragma unroll
+                            for (int i = 0; i < 8; i++) {
+                                const float *v = dq[h] + 4 * i;
+                                float4 *q = o + (4 * h * 8 + i) * 32, y = *q;
+                                *q = make_float4(y.x + v[0], y.y + v[1], y.z + v[2], y.w + v[3]);
+                            }
+                    int m = qt / STEP;
+                    if (threadIdx.x == 256) *x.meta() = {bw_dq_at(a, p.bh, m, HS), p.bh * a.mq + m, bw_turn(d, m, p.tile, STEP)};
+                    fence_async_smem();
+                    mbar_arrive(x.full());
+                }
             } else {
                 if (seen) {
                     wg_wait<0>();
@@ -366,11 +396,10 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
         att_store<HS>(a.dkv + p.k, d.ldk, dk, sk, kw, d.Tk, d.add);
         att_store<HS>(a.dkv + p.k + d.C, d.ldk, dv, sv, kw, d.Tk, d.add);
     }
-    if (FUSED) { // tell the writer there is no more
+    if (FUSED && w == 1) { // tell the writer there is no more
         if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
-        if (threadIdx.x == 128) x.meta()->n = -1;
-        __syncwarp();
-        if (threadIdx.x % 32 == 0) mbar_arrive(x.full());
+        if (threadIdx.x == 256) x.meta()->n = -1;
+        mbar_arrive(x.full());
     }
 }
 
