@@ -5,6 +5,7 @@
 #include "ckpt/checkpoint.h"
 
 #include "core/fileio.h"
+#include "core/json.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -52,12 +53,12 @@ static cJSON *table_json(const loom_param_table *t) {
         const loom_param *p = &t->params[i];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", p->name);
-        cJSON_AddNumberToObject(e, "layer", p->layer);
+        loom_json_add_number(e, "layer", p->layer);
         cJSON_AddItemToObject(e, "shape", cJSON_CreateDoubleArray((const double[]){(double)p->shape[0], (double)(p->ndim > 1 ? p->shape[1] : 1)}, p->ndim));
         cJSON_AddItemToObject(e, "shard_shape", cJSON_CreateDoubleArray((const double[]){(double)p->local_shape[0], (double)p->local_shape[1]}, p->ndim));
         cJSON_AddStringToObject(e, "shard", SHARD_KINDS[p->shard.kind]);
-        cJSON_AddNumberToObject(e, "chunks", p->shard.chunks);
-        cJSON_AddNumberToObject(e, "file_offset", (double)p->file_offset);
+        loom_json_add_number(e, "chunks", p->shard.chunks);
+        loom_json_add_number(e, "file_offset", (double)p->file_offset);
         cJSON_AddItemToArray(list, e);
     }
     return list;
@@ -68,10 +69,10 @@ loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, con
     cJSON *j = cJSON_CreateObject(), *c = cJSON_CreateObject(), *states = cJSON_CreateArray();
     char name[64], path[4200];
     cJSON_AddStringToObject(j, "format", "loom-checkpoint");
-    cJSON_AddNumberToObject(j, "version", LOOM_META_VERSION);
+    loom_json_add_number(j, "version", LOOM_META_VERSION);
     double vals[NNUMBERS];
     state_numbers(st, vals);
-    for (int i = 0; i < NNUMBERS; i++) cJSON_AddNumberToObject(j, NUMBERS[i].name, vals[i]);
+    for (int i = 0; i < NNUMBERS; i++) loom_json_add_number(j, NUMBERS[i].name, vals[i]);
     snprintf(name, sizeof name, "%" PRIu64, st->seed); // as text: JSON numbers lose 64-bit seeds
     cJSON_AddStringToObject(j, "seed", name);
     loom_ckpt_path(name, sizeof name, NULL, LOOM_CKPT_MODEL, st->step, 0);
@@ -84,7 +85,7 @@ loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, con
     const char *dims[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
     const int dimv[] = {cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, cfg->num_layers,
                         cfg->num_heads, cfg->channels};
-    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(c, dims[i], dimv[i]);
+    for (int i = 0; i < 6; i++) loom_json_add_number(c, dims[i], dimv[i]);
     cJSON_AddItemToObject(j, "config", c);
     cJSON_AddItemToObject(j, "params", table_json(table));
     char *text = cJSON_Print(j);

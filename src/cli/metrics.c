@@ -2,6 +2,7 @@
 
 #include "cli/version.h"
 #include "core/fileio.h"
+#include "core/json.h"
 #include "core/log.h"
 
 #include <errno.h>
@@ -87,7 +88,7 @@ loom_status cli_metrics_write(cli_metrics *m, const cJSON *record) {
 
 loom_status cli_metrics_numbers(cli_metrics *m, const char *const *keys, const double *vals, int n) {
     cJSON *j = cJSON_CreateObject();
-    for (int i = 0; i < n; i++) cJSON_AddNumberToObject(j, keys[i], vals[i]);
+    for (int i = 0; i < n; i++) loom_json_add_number(j, keys[i], vals[i]);
     loom_status s = cli_metrics_write(m, j);
     cJSON_Delete(j);
     return s;
@@ -121,22 +122,22 @@ loom_status cli_metrics_config(cli_metrics *m, const train_options *o, const loo
     const char *keys[] = {"L", "NH", "C", "maxT", "V", "params"};
     double vals[] = {c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->vocab_size,
                      (double)loom_gpt2_num_params(c)};
-    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(cfg, keys[i], vals[i]);
+    for (int i = 0; i < 6; i++) loom_json_add_number(cfg, keys[i], vals[i]);
     cJSON_AddStringToObject(cfg, "mesh", mesh);
     const char *mkeys[] = {"tp", "pp", "cp", "dp", "zero", "micro_batch", "seq", "global_batch", "grad_accum"};
     double mvals[] = {o->run.tp, o->run.pp, o->run.cp, t->dp_size, o->run.zero, o->run.batch, t->st.seq_len,
                       t->cfg.global_batch, t->grad_accum};
-    for (int i = 0; i < 9; i++) cJSON_AddNumberToObject(cfg, mkeys[i], mvals[i]);
+    for (int i = 0; i < 9; i++) loom_json_add_number(cfg, mkeys[i], mvals[i]);
     cJSON_AddStringToObject(cfg, "device", t->be->name);
     cJSON_AddStringToObject(cfg, "precision", loom_backend_precision(t->be));
-    cJSON_AddNumberToObject(cfg, "threads", omp_get_max_threads());
+    loom_json_add_number(cfg, "threads", omp_get_max_threads());
     const char *okeys[] = {"steps", "lr", "min_lr", "warmup"};
     double ovals[] = {(double)o->steps, as_printed(o->run.lr.max_lr), as_printed(o->run.lr.min_lr), o->warmup};
-    for (int i = 0; i < 4; i++) cJSON_AddNumberToObject(cfg, okeys[i], ovals[i]);
+    for (int i = 0; i < 4; i++) loom_json_add_number(cfg, okeys[i], ovals[i]);
     cJSON_AddStringToObject(cfg, "schedule", o->schedule);
-    cJSON_AddNumberToObject(cfg, "seed", (double)t->st.seed);
+    loom_json_add_number(cfg, "seed", (double)t->st.seed);
     cJSON_AddStringToObject(cfg, "train_data", o->train_data);
-    cJSON_AddNumberToObject(cfg, "from_step", (double)t->st.step);
+    loom_json_add_number(cfg, "from_step", (double)t->st.step);
     loom_status s = cli_metrics_write(m, j);
     cJSON_Delete(j);
     return s;

@@ -1,8 +1,9 @@
 // Core: Philox4x32-10 against the Random123 known-answer vectors, the statistics of the
-// normal generator, atomic writes, tensor views.
+// normal generator, atomic writes, tensor views, JSON numbers that read back exactly.
 #include "harness.h"
 
 #include "core/fileio.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -89,11 +90,51 @@ static void test_views(void) {
     T_ASSERT(r.shape[0] == 3 && r.shape[1] == 4 && r.data == buf + 8, "row slice");
 }
 
+// One number written by loom_json_number and read back by cJSON's parser: the same double.
+static bool json_round_trip(double v) {
+    cJSON *o = cJSON_CreateObject();
+    loom_json_add_number(o, "v", v);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON *back = cJSON_Parse(text);
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(back, "v");
+    bool same = cJSON_IsNumber(it) && it->valuedouble == v;
+    if (!same) fprintf(stderr, "%.17g written as %s\n", v, text);
+    cJSON_Delete(back), cJSON_Delete(o), free(text);
+    return same;
+}
+
+static void test_json_numbers(void) {
+    // step times as the trainer measures them (differences of CLOCK_MONOTONIC seconds near a
+    // day of uptime: about 30 significant bits), values over the whole exponent range, the
+    // integers of checkpoint metadata up to 2^53
+    int bad = 0;
+    for (int i = 0; i < 20000; i++) {
+        double t0 = 86400.0 + (double)(t_next() % 1000000000) * 1e-9;
+        double t1 = t0 + 0.01 + (double)(t_next() % 100000000) * 1e-9;
+        bad += !json_round_trip(t1 - t0);
+        uint64_t bits = t_next();
+        double x;
+        memcpy(&x, &bits, sizeof x);
+        if (isfinite(x)) bad += !json_round_trip(x);
+    }
+    T_ASSERT(bad == 0, "%d numbers read back as other doubles", bad);
+    const double ints[] = {0, 1, -1, 2147483648.0, 999999999999999.0, 1e15 + 1, 0x1p53 - 1, 0x1p53};
+    for (int i = 0; i < 8; i++) T_ASSERT(json_round_trip(ints[i]), "integer %.17g", ints[i]);
+    // not finite: null, as cJSON writes them
+    cJSON *o = cJSON_CreateObject();
+    loom_json_add_number(o, "a", NAN);
+    loom_json_add_number(o, "b", -INFINITY);
+    char *text = cJSON_PrintUnformatted(o);
+    T_ASSERT(strcmp(text, "{\"a\":null,\"b\":null}") == 0, "non-finite written as %s", text);
+    cJSON_Delete(o), free(text);
+}
+
 int main(void) {
     t_seed();
     test_philox_kat();
     test_normal_stats();
     test_atomic_write();
     test_views();
+    test_json_numbers();
     return t_done("core");
 }
