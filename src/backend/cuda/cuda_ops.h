@@ -145,6 +145,10 @@ int64_t cuda_row_chunk(int64_t N);
 // dst[i] += sum over p of partials[p * stride + i] in a fixed order; bf16 where the flags say, else fp32
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n);
+// The same over n columns of which those from `split` on go to dst_hi[i - split] (two parameters'
+// sums, e.g. LayerNorm's dw and db, in one launch)
+void cuda_add_partials2(loom_cuda *cu, void *dst, void *dst_hi, int64_t split, bool dst_bf, const void *partials,
+                        bool part_bf, int64_t nparts, int64_t stride, int64_t n);
 // dst (n) += column sums of x (N, n) of dtype bf ? bf16 : fp32, deterministically
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf);
 
@@ -176,6 +180,12 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g);
 // CUBLAS_STATUS_NOT_SUPPORTED, running nothing, when g does not suit FP8 (m, n or k not a
 // multiple of 16, a strided operand or one not 16-byte aligned), or cuBLASLt's failure.
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad);
+// A linear layer's two gradient products from FP8 copies, dout (N,OC) cast once for both: gi the
+// dinp product (B = dout as it is), gw the dw product (B = dout transposed), as matmul.cu builds
+// them. *si and *sw: each product's status as cuda_fp8_gemm_run's (NOT_SUPPORTED for both, running
+// nothing, when either does not suit FP8).
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, cublasStatus_t *si,
+                       cublasStatus_t *sw);
 
 // Frees matmul.cu's cache of cuBLASLt algorithms (at destroy).
 void cuda_matmul_free_cache(loom_cuda *cu);

@@ -11,7 +11,9 @@
 //   dinp     dinp^T (C,N) = (w^T)8 (C,OC) . dout8 (N,OC)    (w transposed)
 //   dw       dw^T (C,OC) += (inp^T)8 (C,N) . (dout^T)8 (OC,N) (both transposed)
 // where X . Y is X Y^T. The forward product uses cuBLASLt's fast accumulation, the gradients' do
-// not (torchao's defaults). The copies live in the backend's scratch: (m + n) k bytes.
+// not (torchao's defaults). The copies live in the backend's scratch: (m + n) k bytes. A layer's
+// backward (cuda_fp8_backward) casts dout once for both of its products: one amax pass and one
+// read of dout write dout8 and (dout^T)8 with the same scale, 2 N OC bytes beside the A copy.
 #include "backend/cuda/cuda_ops.h"
 
 #include <cuda_fp8.h>
@@ -53,11 +55,11 @@ __device__ __forceinline__ uint2 fp8_pack(const float *x, float s, __nv_fp8_inte
     return make_uint2(w[0], w[1]);
 }
 
-// dst = fp8(src s) with s from *amax: src (R,K) bf16, R and K multiples of 16, 16-byte aligned;
-// dst (R,K), or (K,R) when transpose (through a shared-memory tile of FP8 bytes, so reads and
-// writes are both 8-element runs along rows); *inv = 1/s
-__global__ void quantize_kernel(uint8_t *dst, float *inv, const __nv_bfloat16 *src, int64_t R, int64_t K,
-                                bool transpose, bool e5m2, const unsigned *amax) {
+// fp8(src s) with s from *amax: src (R,K) bf16, R and K multiples of 16, 16-byte aligned, into
+// rows (R,K) and cols (K,R) (its transpose, through a shared-memory tile of FP8 bytes, so reads
+// and writes are both 8-element runs along rows), each where not NULL; *inv = 1/s
+__global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src, int64_t R,
+                                int64_t K, bool e5m2, const unsigned *amax) {
     __shared__ __align__(8) uint8_t tile[FP8_TILE][FP8_TILE + FP8_VEC];
     float s = (e5m2 ? 57344.0f : 448.0f) / fmaxf(__uint_as_float(*amax), 1e-12f);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
@@ -76,26 +78,26 @@ __global__ void quantize_kernel(uint8_t *dst, float *inv, const __nv_bfloat16 *s
             x[2 * k] = f.x, x[2 * k + 1] = f.y;
         }
         uint2 q = fp8_pack(x, s, fmt);
-        if (transpose) *(uint2 *)&tile[j][tx * FP8_VEC] = q;
-        else *(uint2 *)(dst + r * K + c) = q;
+        if (cols) *(uint2 *)&tile[j][tx * FP8_VEC] = q;
+        if (rows) *(uint2 *)(rows + r * K + c) = q;
     }
-    if (!transpose) return;
+    if (!cols) return;
     __syncthreads();
-    for (int i = ty; i < FP8_TILE; i += rows_per_pass) { // dst row c0 + i, bytes r0 + tx * 8 ...
+    for (int i = ty; i < FP8_TILE; i += rows_per_pass) { // cols row c0 + i, bytes r0 + tx * 8 ...
         int64_t c = c0 + i, r = r0 + tx * FP8_VEC;
         if (c >= K || r >= R) continue;
         uint8_t b[FP8_VEC];
         for (int k = 0; k < FP8_VEC; k++) b[k] = tile[tx * FP8_VEC + k][i];
         uint2 q;
         memcpy(&q, b, sizeof q);
-        *(uint2 *)(dst + c * R + r) = q;
+        *(uint2 *)(cols + c * R + r) = q;
     }
 }
 
-// dst (rows of the FP8 operand, k) from the bf16 src (R,K) row-major: src itself (R = rows) or
-// its transpose (transpose: K = rows); *inv its dequantizing scale, *amax a scratch fp32
-static void quantize(loom_cuda *cu, uint8_t *dst, float *inv, unsigned *amax, const void *src, int64_t R,
-                     int64_t K, bool transpose, bool e5m2) {
+// The FP8 copies of the bf16 src (R,K) row-major with one scale: rows (R,K) and cols (its
+// transpose), each where not NULL; *inv their dequantizing scale, *amax a zeroed fp32 scratch
+static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, float *inv, unsigned *amax, const void *src,
+                     int64_t R, int64_t K, bool e5m2) {
     LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // the kernels' 8-element reads
     LOOM_CHECK((K + FP8_TILE - 1) / FP8_TILE <= 65535);                  // gridDim.y
     unsigned blocks = cuda_blocks(R * K / 8, 256);
@@ -103,34 +105,77 @@ static void quantize(loom_cuda *cu, uint8_t *dst, float *inv, unsigned *amax, co
         (const __nv_bfloat16 *)src, R * K, amax);
     CUDA_LAUNCH_CHECK();
     dim3 grid((unsigned)((R + FP8_TILE - 1) / FP8_TILE), (unsigned)((K + FP8_TILE - 1) / FP8_TILE));
-    quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(
-        dst, inv, (const __nv_bfloat16 *)src, R, K, transpose, e5m2, amax);
+    quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, inv, (const __nv_bfloat16 *)src, R, K, e5m2,
+                                                          amax);
     CUDA_LAUNCH_CHECK();
 }
 
 static size_t round_up_256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
-    int64_t m = g->m, n = g->n, k = g->k;
-    // the bf16 operands as row-major arrays: A (m,k) with transa, else (k,m); B (k,n) with
-    // transb, else (n,k); cuBLASLt's FP8 wants 16-element multiples
-    bool dense = g->lda == (g->transa ? k : m) && g->ldb == (g->transb ? n : k);
+// Whether g suits FP8: bf16, m, n and k multiples of 16 (cuBLASLt's FP8), dense operands (the
+// leading dimensions follow from the shapes), 16-byte aligned
+static bool fp8_fits(const loom_cuda *cu, const cuda_gemm *g) {
+    bool dense = g->lda == (g->transa ? g->k : g->m) && g->ldb == (g->transb ? g->n : g->k);
     bool aligned = (uintptr_t)g->a % 16 == 0 && (uintptr_t)g->b % 16 == 0;
-    if (cu->base.dtype != LOOM_BF16 || m % 16 || n % 16 || k % 16 || !dense || !aligned)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    size_t a_bytes = round_up_256((size_t)(m * k)), b_bytes = round_up_256((size_t)(n * k));
-    char *base = (char *)cuda_scratch(cu, 256 + a_bytes + b_bytes);
-    unsigned *amax = (unsigned *)base; // [A, B]
-    // the scales 16-byte aligned: cuBLASLt's FP8 kernels refuse others at run time (NOT_SUPPORTED)
-    float *inv_a = (float *)(base + 64), *inv_b = (float *)(base + 128);
-    uint8_t *a8 = (uint8_t *)base + 256, *b8 = a8 + a_bytes;
-    CUDA_CHECK(cudaMemsetAsync(amax, 0, 2 * sizeof *amax, cu->stream));
-    quantize(cu, a8, inv_a, &amax[0], g->a, g->transa ? m : k, g->transa ? k : m, !g->transa, false);
-    quantize(cu, b8, inv_b, &amax[1], g->b, g->transb ? k : n, g->transb ? n : k, g->transb, b_grad);
+    return cu->base.dtype == LOOM_BF16 && g->m % 16 == 0 && g->n % 16 == 0 && g->k % 16 == 0 && dense && aligned;
+}
+
+// A (m,k) of g as its FP8 copy: the bf16 A is (m,k) row-major with transa, else (k,m)
+static void quantize_a(loom_cuda *cu, const cuda_gemm *g, uint8_t *a8, float *inv, unsigned *amax) {
+    quantize(cu, g->transa ? a8 : NULL, g->transa ? NULL : a8, inv, amax, g->a, g->transa ? g->m : g->k,
+             g->transa ? g->k : g->m, false);
+}
+
+// g from a8 (m,k) and b8 (n,k) with their scales
+static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *a8, const float *inv_a,
+                              const uint8_t *b8, const float *inv_b, bool b_grad) {
     cuda_gemm f = *g;
-    f.a = a8, f.b = b8, f.lda = k, f.ldb = k, f.transa = true, f.transb = false;
+    f.a = a8, f.b = b8, f.lda = g->k, f.ldb = g->k, f.transa = true, f.transb = false;
     f.scale_a = inv_a, f.scale_b = inv_b;
     f.type_a = CUDA_R_8F_E4M3, f.type_b = b_grad ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
     f.fast_accum = !b_grad;
     return cuda_gemm_run(cu, &f);
+}
+
+// The scratch's head: three amax slots, then three scales 16-byte aligned (cuBLASLt's FP8
+// kernels refuse others at run time: NOT_SUPPORTED); the copies follow at FP8_HEAD
+#define FP8_HEAD 256
+struct fp8_head {
+    unsigned *amax;
+    float *inv[3];
+};
+static fp8_head fp8_head_of(loom_cuda *cu, char *base) {
+    CUDA_CHECK(cudaMemsetAsync(base, 0, 3 * sizeof(unsigned), cu->stream));
+    return fp8_head{(unsigned *)base, {(float *)(base + 64), (float *)(base + 128), (float *)(base + 192)}};
+}
+
+cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
+    if (!fp8_fits(cu, g)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t a_bytes = round_up_256((size_t)(g->m * g->k));
+    char *base = (char *)cuda_scratch(cu, FP8_HEAD + a_bytes + round_up_256((size_t)(g->n * g->k)));
+    fp8_head h = fp8_head_of(cu, base);
+    uint8_t *a8 = (uint8_t *)base + FP8_HEAD, *b8 = a8 + a_bytes;
+    quantize_a(cu, g, a8, h.inv[0], &h.amax[0]);
+    // B (n,k): the bf16 B is (k,n) row-major with transb, else (n,k)
+    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, h.inv[1], &h.amax[1], g->b, g->transb ? g->k : g->n,
+             g->transb ? g->n : g->k, b_grad);
+    return fp8_run(cu, g, a8, h.inv[0], b8, h.inv[1], b_grad);
+}
+
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, cublasStatus_t *si,
+                       cublasStatus_t *sw) {
+    *si = *sw = CUBLAS_STATUS_NOT_SUPPORTED;
+    int64_t N = gi->n, OC = gi->k; // dout (N,OC): gi's B as it is, gw's B transposed
+    LOOM_CHECK(gi->b == gw->b && !gi->transb && gw->transb && gw->k == N && gw->n == OC);
+    if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw)) return;
+    size_t d_bytes = round_up_256((size_t)(N * OC));
+    size_t a_bytes = round_up_256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
+    char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes);
+    fp8_head h = fp8_head_of(cu, base);
+    uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
+    quantize(cu, rows, cols, h.inv[0], &h.amax[0], gi->b, N, OC, true); // one amax, one read of dout
+    quantize_a(cu, gi, a8, h.inv[1], &h.amax[1]);
+    *si = fp8_run(cu, gi, a8, h.inv[1], rows, h.inv[0], true);
+    quantize_a(cu, gw, a8, h.inv[2], &h.amax[2]); // a8 again: in stream order after gi's product
+    *sw = fp8_run(cu, gw, a8, h.inv[2], cols, h.inv[0], true);
 }

@@ -8,13 +8,13 @@
 // The backward is one kernel: a block per fixed row chunk (cuda_row_chunk), whose warps take its
 // rows in turn and keep their own dw/db sums in shared memory (a lane always owns the same
 // columns, so no atomics); the block adds its warps' sums in warp order into a per-chunk partial,
-// and cuda_add_partials adds the chunks in order. Everything depends only on N and C, so the
+// and cuda_add_partials2 adds the chunks in order (dw and db in one launch). Everything depends only on N and C, so the
 // results repeat bit for bit.
 #include "backend/cuda/vec.cuh"
 
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8          // forward: warps per block, one row each
-#define LN_BWD_WARPS 8               // backward: warps per block at most
+#define LN_BWD_WARPS 16              // backward: warps per block at most
 #define LN_BWD_SMEM_MAX (200 << 10)  // bytes of shared memory per backward block at most
 
 // out (N,C), mean (N), rstd (N) from x (N,C), w (C), b (C). With RES, x is first written as
@@ -188,6 +188,5 @@ extern "C" void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom
             cuda_f32(mean), cuda_f32(rstd), N, (int)C, chunk);
         CUDA_LAUNCH_CHECK();
     });
-    cuda_add_partials(cu, dw.data, bf, part, false, nchunks, 2 * C, C);
-    cuda_add_partials(cu, db.data, bf, part + C, false, nchunks, 2 * C, C);
+    cuda_add_partials2(cu, dw.data, db.data, C, bf, part, false, nchunks, 2 * C, 2 * C); // dw, then db
 }

@@ -13,7 +13,8 @@
 // dinp product by gelu'(pre) read from the aux matrix. In fp32 (the debugging mode, compared
 // with the CPU to 1e-5) and where cuBLASLt has no algorithm, the separate GELU kernels run.
 // Under precision "fp8" each product goes to fp8.cu first, which computes it from FP8 copies of
-// its operands when it suits FP8, and runs here in bf16 otherwise.
+// its operands when it suits FP8, and runs here in bf16 otherwise; a layer's dinp and dw products
+// share one cast of dout, and the DGELU product stays in bf16 (matmul_dinp says why).
 // The heuristic's algorithm for a product's shapes, types, epilogue and pointer alignments is asked
 // once and cached (a uthash table in the backend), since asking costs tens of microseconds of
 // host time per call.
@@ -199,18 +200,30 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
     cuda_gelu_forward(be, out, pre);
 }
 
-// dinp (N,C) = dout (N,OC) @ w (OC,C), times gelu'(pre) when pre.data (bf16: the DGELU
-// epilogue; otherwise the GELU backward kernel after the product)
+// The dinp product dinp (N,C) = dout (N,OC) @ w (OC,C) and the dw product dw (OC,C) += dout^T inp
+static cuda_gemm dinp_gemm(loom_tensor dinp, loom_tensor dout, loom_tensor w) {
+    return dense_gemm(w.data, dout.data, dinp.data, loom_cols(&w), loom_rows(&dout), loom_cols(&dout), false, false,
+                      0.0f);
+}
+static cuda_gemm dw_gemm(loom_tensor dw, loom_tensor dout, loom_tensor inp) {
+    return dense_gemm(inp.data, dout.data, dw.data, loom_cols(&inp), loom_cols(&dout), loom_rows(&inp), false, true,
+                      1.0f);
+}
+
+// dinp = dout @ w, times gelu'(pre) when pre.data (bf16: the DGELU epilogue; otherwise the GELU
+// backward kernel after the product). The DGELU product stays in bf16 under precision fp8: with
+// FP8 operands cuBLASLt runs that epilogue as a kernel of its own (cublasLt::globalKernel), which
+// took 343 us for gpt2's fcproj at B=16 on an H100, where the whole bf16 DGELU product takes 167.
 static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, loom_tensor w,
                         loom_tensor pre) {
     loom_cuda *cu = cuda_of(be);
-    int64_t N = loom_rows(&dout), OC = loom_cols(&dout), C = loom_cols(&w);
-    LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == N && loom_cols(&dinp) == C);
-    cuda_gemm g = dense_gemm(w.data, dout.data, dinp.data, C, N, OC, false, false, 0.0f);
+    LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == loom_rows(&dout) &&
+               loom_cols(&dinp) == loom_cols(&w));
+    cuda_gemm g = dinp_gemm(dinp, dout, w);
     if (pre.data && be->dtype == LOOM_BF16) {
         g.epilogue = CUBLASLT_EPILOGUE_DGELU;
         g.aux = pre.data;
-        if (product(cu, &g, true) == CUBLAS_STATUS_SUCCESS) return;
+        if (cuda_gemm_run(cu, &g) == CUBLAS_STATUS_SUCCESS) return;
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         g.aux = NULL;
     }
@@ -218,17 +231,12 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
     if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
 }
 
-// dw (OC,C) += dout^T inp; dbias (OC) += column sums of dout when dbias.data
-static void matmul_dw(loom_backend *be, loom_tensor dw, loom_tensor dbias, loom_tensor dout,
-                      loom_tensor inp) {
-    loom_cuda *cu = cuda_of(be);
-    bool bf = cuda_act(be, inp);
-    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_cols(&dout);
-    cuda_gemm g = dense_gemm(inp.data, dout.data, dw.data, C, OC, N, false, true, 1.0f);
-    must_product(cu, &g, true);
+// dbias (OC) += column sums of dout when dbias.data
+static void matmul_dbias(loom_backend *be, loom_tensor dbias, loom_tensor dout) {
     if (!dbias.data) return;
-    LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == OC);
-    cuda_column_sums(cu, dbias.data, dout.data, N, OC, bf);
+    bool bf = cuda_act(be, dout);
+    LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == loom_cols(&dout));
+    cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), bf);
 }
 
 static void check_backward(loom_backend *be, loom_tensor dw, loom_tensor dout, loom_tensor inp,
@@ -240,12 +248,23 @@ static void check_backward(loom_backend *be, loom_tensor dw, loom_tensor dout, l
     if (dw.data) LOOM_CHECK(cuda_act(be, dw) == bf && loom_rows(&dw) == OC && loom_cols(&dw) == C);
 }
 
+// Under precision fp8 with both products, dout is cast once for the two (cuda_fp8_backward); a
+// product that did not run there runs on its own.
 extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
                                      loom_tensor dbias, loom_tensor dout, loom_tensor inp,
                                      loom_tensor w) {
+    loom_cuda *cu = cuda_of(be);
     check_backward(be, dw, dout, inp, w);
-    if (dinp.data) matmul_dinp(be, dinp, dout, w, loom_tensor{});
-    if (dw.data) matmul_dw(be, dw, dbias, dout, inp);
+    cublasStatus_t si = CUBLAS_STATUS_NOT_SUPPORTED, sw = CUBLAS_STATUS_NOT_SUPPORTED;
+    cuda_gemm gi = dinp_gemm(dinp, dout, w), gw = dw_gemm(dw, dout, inp);
+    if (be->fp8 && dinp.data && dw.data) {
+        LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == loom_rows(&dout) &&
+                   loom_cols(&dinp) == loom_cols(&w));
+        cuda_fp8_backward(cu, &gi, &gw, &si, &sw);
+    }
+    if (dinp.data && si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dinp, dout, w, loom_tensor{});
+    if (dw.data && sw != CUBLAS_STATUS_SUCCESS) must_product(cu, &gw, true);
+    if (dw.data) matmul_dbias(be, dbias, dout);
 }
 
 extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
@@ -254,5 +273,8 @@ extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, lo
     check_backward(be, dw, dout, inp, w);
     LOOM_CHECK(cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
     matmul_dinp(be, dinp, dout, w, pre);
-    if (dw.data) matmul_dw(be, dw, dbias, dout, inp);
+    if (!dw.data) return;
+    cuda_gemm gw = dw_gemm(dw, dout, inp);
+    must_product(cuda_of(be), &gw, true);
+    matmul_dbias(be, dbias, dout);
 }

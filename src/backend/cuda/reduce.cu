@@ -25,9 +25,10 @@ int64_t cuda_row_chunk(int64_t N) {
 }
 
 // A block adds AP_COLS columns: thread (column x, group g) sums partials g, g + AP_GROUPS, ...
-// in order, then the groups' sums are added in group order. Fixed for given nparts.
-__global__ void add_partials_kernel(void *dst, bool bf, const void *partials, bool part_bf,
-                                    int64_t nparts, int64_t stride, int64_t n) {
+// in order, then the groups' sums are added in group order. Fixed for given nparts. Column i
+// goes to dst[i] below `split`, else to dst_hi[i - split].
+__global__ void add_partials_kernel(void *dst, void *dst_hi, int64_t split, bool bf, const void *partials,
+                                    bool part_bf, int64_t nparts, int64_t stride, int64_t n) {
     __shared__ float sh[AP_GROUPS][AP_COLS];
     int x = threadIdx.x % AP_COLS, g = threadIdx.x / AP_COLS;
     int64_t i = (int64_t)blockIdx.x * AP_COLS + x;
@@ -39,15 +40,21 @@ __global__ void add_partials_kernel(void *dst, bool bf, const void *partials, bo
     if (g > 0 || i >= n) return;
     float total = 0.0f;
     for (int k = 0; k < AP_GROUPS; k++) total += sh[k][x];
+    if (i >= split) dst = dst_hi, i -= split;
     stx(dst, i, ldx(dst, i, bf) + total, bf);
+}
+
+void cuda_add_partials2(loom_cuda *cu, void *dst, void *dst_hi, int64_t split, bool dst_bf, const void *partials,
+                        bool part_bf, int64_t nparts, int64_t stride, int64_t n) {
+    if (!n) return;
+    add_partials_kernel<<<(unsigned)((n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0, cu->stream>>>(
+        dst, dst_hi, split, dst_bf, partials, part_bf, nparts, stride, n);
+    CUDA_LAUNCH_CHECK();
 }
 
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n) {
-    if (!n) return;
-    add_partials_kernel<<<(unsigned)((n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0, cu->stream>>>(
-        dst, dst_bf, partials, part_bf, nparts, stride, n);
-    CUDA_LAUNCH_CHECK();
+    cuda_add_partials2(cu, dst, NULL, n, dst_bf, partials, part_bf, nparts, stride, n);
 }
 
 // partials[chunk, c] = sum of x[r, c] over the chunk's rows. grid (ceil(n / (COL_VECS W)),
