@@ -3,50 +3,55 @@
 # peer (bench/peer/gpt2_torch.py: BF16 autocast, SDPA, fused AdamW, torch.compile) train the same
 # GPT-2 configs on the same GPU, one after the other, T=1024: gpt2 and gpt2-medium at B=16,
 # gpt2-xl at B=8 with loom's --recompute gelu (the GELU output recomputed in the backward pass,
-# as torch.compile's partitioner recomputes pointwise ops: 4.6 GiB less at ~2% of the step).
+# as torch.compile's partitioner recomputes pointwise ops: 4.6 GiB less at ~1% of the step;
+# without it loom's peak was 0.04 GiB above the peer's), in bf16 and in fp8.
 # The peer runs with each torch.compile mode of PEER_MODES (default: default and
 # max-autotune-no-cudagraphs) and the faster one is kept. Prints tokens/s, MFU (6N + 6LTC FLOPs
 # per token against 989 TFLOP/s), peak memory and the loom/PyTorch ratio as a table; the raw
-# outputs go to $OUT (or /tmp).
-#   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE] ...]     (RECOMPUTE: none, gelu, full)
+# outputs go to $OUT (or /tmp). A config may name loom's precision (bf16 by default, or fp8: the
+# blocks' matmuls in FP8); the peer runs in bf16, once per model and batch.
+#   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION]] ...]     (RECOMPUTE: none, gelu, full)
 set -u
 cd "$(dirname "$0")/.."
 OUTDIR=${OUT:-/tmp}
 CONFIGS=("$@")
-[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(gpt2:16 gpt2-medium:16 gpt2-xl:8:gelu)
+[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(gpt2:16 gpt2-medium:16 gpt2-xl:8:gelu gpt2-xl:8:gelu:fp8)
 failed=0
+declare -A peer_done=() # model:batch pairs whose peer ran in this call
 for c in "${CONFIGS[@]}"; do
-    IFS=: read -r m b r <<< "$c"
+    IFS=: read -r m b r p <<< "$c"
     build-gpu/loom bench --model "$m" --batch "$b" --seq 1024 --steps 10 --warmup 3 --device cuda \
-        --recompute "${r:-none}" > "$OUTDIR/bench_loom_$m.txt" || failed=1
-    : > "$OUTDIR/bench_torch_$m.all"
+        --recompute "${r:-none}" --precision "${p:-bf16}" > "$OUTDIR/bench_loom_${m}_${b}_${p:-bf16}.txt" || failed=1
+    peer="$OUTDIR/bench_torch_${m}_$b"
+    [ -n "${peer_done[$m:$b]:-}" ] && continue
+    peer_done[$m:$b]=1
+    : > "$peer.all"
     for mode in ${PEER_MODES:-default max-autotune-no-cudagraphs}; do # the peer at its fastest: the faster mode
         PYTHONUNBUFFERED=1 python3 bench/peer/gpt2_torch.py --model "$m" --batch "$b" --seq 1024 --steps 10 \
-            --compile-mode "$mode" >> "$OUTDIR/bench_torch_$m.all" 2>> "$OUTDIR/bench_torch_$m.err" || failed=1
+            --compile-mode "$mode" >> "$peer.all" 2>> "$peer.err" || failed=1
     done
     python3 -c 'import json, sys; rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print(json.dumps(max(rows, key=lambda r: r["tokens_per_s"])) if rows else "")' "$OUTDIR/bench_torch_$m.all" \
-        > "$OUTDIR/bench_torch_$m.json"
-    cat "$OUTDIR/bench_torch_$m.all"
+print(json.dumps(max(rows, key=lambda r: r["tokens_per_s"])) if rows else "")' "$peer.all" > "$peer.json"
+    cat "$peer.all"
 done
 python3 - "$OUTDIR" "${CONFIGS[@]}" <<'PY'
 import json, sys
 out, configs = sys.argv[1], sys.argv[2:]
-print("| model | B | loom recompute | loom tokens/s | loom MFU | loom peak GiB | PyTorch tokens/s | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| model | B | loom recompute | loom precision | loom tokens/s | loom MFU | loom peak GiB | PyTorch (bf16) tokens/s | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for c in configs:
-    m, b, r = (c.split(":") + ["none"])[:3]
+    m, b, r, p = (c.split(":") + ["none", "bf16"][len(c.split(":")) - 2:])[:4]
     try:
-        row = [l for l in open(f"{out}/bench_loom_{m}.txt") if l.startswith("|") and "step ms" not in l][-1]
+        row = [l for l in open(f"{out}/bench_loom_{m}_{b}_{p}.txt") if l.startswith("|") and "step ms" not in l][-1]
         f = [x.strip() for x in row.strip().strip("|").split("|")]
         ltok, lmfu, lpeak = float(f[4]), f[8], f[9].replace(" GiB", "")
     except (OSError, IndexError, ValueError):
         ltok, lmfu, lpeak = float("nan"), "-", "-"
     try:
-        t = json.loads(open(f"{out}/bench_torch_{m}.json").read().strip().splitlines()[-1])
+        t = json.loads(open(f"{out}/bench_torch_{m}_{b}.json").read().strip().splitlines()[-1])
         ttok, tmfu, tpeak = t["tokens_per_s"], f"{100 * t['mfu']:.1f}%", f"{t['peak_mem_gib']:.2f}"
     except (OSError, IndexError, ValueError, KeyError):
         ttok, tmfu, tpeak = float("nan"), "-", "-"
-    print(f"| {m} | {b} | {r} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
+    print(f"| {m} | {b} | {r} | {p} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
 PY
 exit $failed

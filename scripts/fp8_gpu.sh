@@ -75,7 +75,7 @@ done
 if [ -n "${FP8_PEER:-}" ]; then
     OUT=$WORK bash "$ROOT/scripts/bench_gpu.sh" gpt2:16 >"$WORK/peer.log" 2>&1 || failed=1
     ptps=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"]))' \
-        "$WORK/bench_torch_gpt2.json" 2>/dev/null)
+        "$WORK/bench_torch_gpt2_16.json" 2>/dev/null)
     row "gpt2 B=16: PyTorch peer tokens/s, fp8 loom / peer" \
         "${ptps:-?}, $(awk -v a="${ptps:-0}" -v b="$gpt2_fp8" 'BEGIN {printf "%.3fx", a ? b / a : 0}') (bf16 loom $(awk -v a="${ptps:-0}" -v b="$gpt2_bf16" 'BEGIN {printf "%.3fx", a ? b / a : 0}'))"
 fi
