@@ -143,6 +143,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
         const int *d = ragged[i];
         test_forward(d[0], d[1], d[2], false);
+        test_backward(d[0], d[1], d[2], false, false); // cuda_fp8_backward declines, each product runs in bf16
         test_backward(d[0], d[1], d[2], true, false);
     }
     loom_backend_destroy(gpu);
