@@ -217,8 +217,6 @@ static cuda_gemm dw_gemm(loom_tensor dw, loom_tensor dout, loom_tensor inp) {
 static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, loom_tensor w,
                         loom_tensor pre) {
     loom_cuda *cu = cuda_of(be);
-    LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == loom_rows(&dout) &&
-               loom_cols(&dinp) == loom_cols(&w));
     cuda_gemm g = dinp_gemm(dinp, dout, w);
     if (pre.data && be->dtype == LOOM_BF16) {
         g.epilogue = CUBLASLT_EPILOGUE_DGELU;
@@ -231,20 +229,23 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
     if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
 }
 
-// dbias (OC) += column sums of dout when dbias.data
-static void matmul_dbias(loom_backend *be, loom_tensor dbias, loom_tensor dout) {
+// The dw product gw (unless done: it ran already), then dbias (OC) += column sums of dout when
+// dbias.data
+static void matmul_dw(loom_backend *be, const cuda_gemm *gw, bool done, loom_tensor dbias, loom_tensor dout) {
+    if (!done) must_product(cuda_of(be), gw, true);
     if (!dbias.data) return;
     bool bf = cuda_act(be, dout);
     LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == loom_cols(&dout));
     cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), bf);
 }
 
-static void check_backward(loom_backend *be, loom_tensor dw, loom_tensor dout, loom_tensor inp,
+static void check_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dout, loom_tensor inp,
                            loom_tensor w) {
     bool bf = cuda_act(be, inp);
     int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
     LOOM_CHECK(N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && cuda_act(be, dout) == bf);
     LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC);
+    if (dinp.data) LOOM_CHECK(cuda_act(be, dinp) == bf && loom_rows(&dinp) == N && loom_cols(&dinp) == C);
     if (dw.data) LOOM_CHECK(cuda_act(be, dw) == bf && loom_rows(&dw) == OC && loom_cols(&dw) == C);
 }
 
@@ -253,28 +254,20 @@ static void check_backward(loom_backend *be, loom_tensor dw, loom_tensor dout, l
 extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
                                      loom_tensor dbias, loom_tensor dout, loom_tensor inp,
                                      loom_tensor w) {
-    loom_cuda *cu = cuda_of(be);
-    check_backward(be, dw, dout, inp, w);
+    check_backward(be, dinp, dw, dout, inp, w);
     cublasStatus_t si = CUBLAS_STATUS_NOT_SUPPORTED, sw = CUBLAS_STATUS_NOT_SUPPORTED;
     cuda_gemm gi = dinp_gemm(dinp, dout, w), gw = dw_gemm(dw, dout, inp);
-    if (be->fp8 && dinp.data && dw.data) {
-        LOOM_CHECK(cuda_act(be, dinp) == cuda_act(be, w) && loom_rows(&dinp) == loom_rows(&dout) &&
-                   loom_cols(&dinp) == loom_cols(&w));
-        cuda_fp8_backward(cu, &gi, &gw, &si, &sw);
-    }
+    if (be->fp8 && dinp.data && dw.data) cuda_fp8_backward(cuda_of(be), &gi, &gw, &si, &sw);
     if (dinp.data && si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dinp, dout, w, loom_tensor{});
-    if (dw.data && sw != CUBLAS_STATUS_SUCCESS) must_product(cu, &gw, true);
-    if (dw.data) matmul_dbias(be, dbias, dout);
+    if (dw.data) matmul_dw(be, &gw, sw == CUBLAS_STATUS_SUCCESS, dbias, dout);
 }
 
 extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
                                           loom_tensor dbias, loom_tensor dout, loom_tensor inp,
                                           loom_tensor w, loom_tensor pre) {
-    check_backward(be, dw, dout, inp, w);
-    LOOM_CHECK(cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
+    check_backward(be, dinp, dw, dout, inp, w);
+    LOOM_CHECK(dinp.data && cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
     matmul_dinp(be, dinp, dout, w, pre);
-    if (!dw.data) return;
     cuda_gemm gw = dw_gemm(dw, dout, inp);
-    must_product(cuda_of(be), &gw, true);
-    matmul_dbias(be, dbias, dout);
+    if (dw.data) matmul_dw(be, &gw, false, dbias, dout);
 }
