@@ -366,6 +366,9 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                             const float *v = dq[h] + 4 * i;
                             o[(4 * h * 8 + i) * 32] = dsq ? make_float4(v[0], v[1], v[2], v[3]) : zero;
                         }
+                    // the writer's bulk copy reads these values as they are where warpgroup 1
+                    // adds nothing (its keys unseen): fenced by the threads that wrote them
+                    fence_async_smem();
                     mbar_arrive(x.half());
                 } else {
                     mbar_wait(x.half(), j & 1);
