@@ -18,9 +18,11 @@
 
 #include <cuda_fp8.h>
 
-#define FP8_TILE 64        // quantize_kernel's square tile (rows and columns)
-#define FP8_VEC 8          // elements a thread loads at once (16 bytes of bf16)
-#define FP8_THREADS 256    // quantize_kernel's: FP8_TILE / FP8_VEC per tile row, 32 rows per pass
+#define FP8_VEC 8          // elements a thread converts from one row (16 bytes of bf16)
+#define FP8_WARP_COLS 2    // quantize_kernel's warps along a block's columns (4 along its rows)
+#define FP8_TILE_R 256     // a block's rows: 4 warps of 8 threads x 8 rows
+#define FP8_TILE_C 64      // a block's columns: 2 warps of 4 threads x 8 columns
+#define FP8_THREADS 256
 #define FP8_AMAX_BLOCKS 1024
 
 // *amax = max(*amax, max |x|) over n bf16 (16-byte aligned, n a multiple of 8: read 8 at a
@@ -55,42 +57,55 @@ __device__ __forceinline__ uint2 fp8_pack(const float *x, float s, __nv_fp8_inte
     return make_uint2(w[0], w[1]);
 }
 
-// fp8(src s) with s from *amax: src (R,K) bf16, R and K multiples of 16, 16-byte aligned, into
-// rows (R,K) and cols (K,R) (its transpose, through a shared-memory tile of FP8 bytes, so reads
-// and writes are both 8-element runs along rows), each where not NULL; *inv = 1/s
+// a b c d (4 rows of 4 bytes) transposed in place: a holds the first bytes of the four, and so on
+__device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t &c, uint32_t &d) {
+    uint32_t t0 = __byte_perm(a, b, 0x5140), t1 = __byte_perm(c, d, 0x5140); // a0 b0 a1 b1, c0 d0 c1 d1
+    uint32_t t2 = __byte_perm(a, b, 0x7362), t3 = __byte_perm(c, d, 0x7362); // a2 b2 a3 b3, c2 d2 c3 d3
+    a = __byte_perm(t0, t1, 0x5410), b = __byte_perm(t0, t1, 0x7632);
+    c = __byte_perm(t2, t3, 0x5410), d = __byte_perm(t2, t3, 0x7632);
+}
+
+// fp8(src s) with s from *amax: src (R,K) bf16, R and K multiples of 8, 16-byte aligned, into
+// rows (R,K) and cols (K,R) (its transpose), each where not NULL; *inv = 1/s. A thread converts
+// an 8x8 block (its 8 row loads in flight at once) and transposes it in registers for cols: the
+// 4 threads of a warp along the columns read 64 contiguous bytes a row and write 32 to rows, the 8
+// along the rows write 64 contiguous bytes a cols row, so no sector is part-used and no shared
+// memory is needed.
 __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src, int64_t R,
                                 int64_t K, bool e5m2, const unsigned *amax) {
-    __shared__ __align__(8) uint8_t tile[FP8_TILE][FP8_TILE + FP8_VEC];
     float s = (e5m2 ? 57344.0f : 448.0f) / fmaxf(__uint_as_float(*amax), 1e-12f);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
     __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-    int64_t r0 = (int64_t)blockIdx.x * FP8_TILE, c0 = (int64_t)blockIdx.y * FP8_TILE;
-    int tx = threadIdx.x % (FP8_TILE / FP8_VEC), ty = threadIdx.x / (FP8_TILE / FP8_VEC);
-    const int rows_per_pass = FP8_THREADS / (FP8_TILE / FP8_VEC);
-    for (int j = ty; j < FP8_TILE; j += rows_per_pass) {
-        int64_t r = r0 + j, c = c0 + tx * FP8_VEC;
-        if (r >= R || c >= K) continue;
-        uint4 v = *(const uint4 *)(src + r * K + c);
-        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * 64 + lane / 4 * FP8_VEC;
+    int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * 32 + lane % 4 * FP8_VEC;
+    if (r >= R || c >= K) return;
+    uint4 v[FP8_VEC];
+#pragma unroll
+    for (int k = 0; k < FP8_VEC; k++) v[k] = *(const uint4 *)(src + (r + k) * K + c);
+    uint32_t lo[FP8_VEC], hi[FP8_VEC]; // row k's bytes 0-3 and 4-7
+#pragma unroll
+    for (int k = 0; k < FP8_VEC; k++) {
+        const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v[k];
         float x[FP8_VEC];
-        for (int k = 0; k < FP8_VEC / 2; k++) {
-            float2 f = __bfloat1622float2(h[k]);
-            x[2 * k] = f.x, x[2 * k + 1] = f.y;
+#pragma unroll
+        for (int e = 0; e < FP8_VEC / 2; e++) {
+            float2 f = __bfloat1622float2(h[e]);
+            x[2 * e] = f.x, x[2 * e + 1] = f.y;
         }
         uint2 q = fp8_pack(x, s, fmt);
-        if (cols) *(uint2 *)&tile[j][tx * FP8_VEC] = q;
-        if (rows) *(uint2 *)(rows + r * K + c) = q;
+        lo[k] = q.x, hi[k] = q.y;
+        if (rows) *(uint2 *)(rows + (r + k) * K + c) = q;
     }
     if (!cols) return;
-    __syncthreads();
-    for (int i = ty; i < FP8_TILE; i += rows_per_pass) { // cols row c0 + i, bytes r0 + tx * 8 ...
-        int64_t c = c0 + i, r = r0 + tx * FP8_VEC;
-        if (c >= K || r >= R) continue;
-        uint8_t b[FP8_VEC];
-        for (int k = 0; k < FP8_VEC; k++) b[k] = tile[tx * FP8_VEC + k][i];
-        uint2 q;
-        memcpy(&q, b, sizeof q);
-        *(uint2 *)(cols + c * R + r) = q;
+    transpose4x4(lo[0], lo[1], lo[2], lo[3]); // lo[j]: column j of rows 0-3
+    transpose4x4(lo[4], lo[5], lo[6], lo[7]); // lo[4 + j]: column j of rows 4-7
+    transpose4x4(hi[0], hi[1], hi[2], hi[3]); // the same for columns 4-7
+    transpose4x4(hi[4], hi[5], hi[6], hi[7]);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        *(uint2 *)(cols + (c + j) * R + r) = make_uint2(lo[j], lo[4 + j]);
+        *(uint2 *)(cols + (c + 4 + j) * R + r) = make_uint2(hi[j], hi[4 + j]);
     }
 }
 
@@ -99,12 +114,12 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
 static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, float *inv, unsigned *amax, const void *src,
                      int64_t R, int64_t K, bool e5m2) {
     LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // the kernels' 8-element reads
-    LOOM_CHECK((K + FP8_TILE - 1) / FP8_TILE <= 65535);                  // gridDim.y
+    LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535);              // gridDim.y
     unsigned blocks = cuda_blocks(R * K / 8, 256);
     amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, 256, 0, cu->stream>>>(
         (const __nv_bfloat16 *)src, R * K, amax);
     CUDA_LAUNCH_CHECK();
-    dim3 grid((unsigned)((R + FP8_TILE - 1) / FP8_TILE), (unsigned)((K + FP8_TILE - 1) / FP8_TILE));
+    dim3 grid((unsigned)((R + FP8_TILE_R - 1) / FP8_TILE_R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
     quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, inv, (const __nv_bfloat16 *)src, R, K, e5m2,
                                                           amax);
     CUDA_LAUNCH_CHECK();
