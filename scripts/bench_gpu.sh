@@ -40,7 +40,8 @@ out, configs = sys.argv[1], sys.argv[2:]
 print("| model | B | loom recompute | loom precision | loom tokens/s | loom MFU | loom peak GiB | PyTorch (bf16) tokens/s | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for c in configs:
-    m, b, r, p = (c.split(":") + ["none", "bf16"][len(c.split(":")) - 2:])[:4]
+    m, b, r, p = (c.split(":") + ["", ""])[:4]
+    r, p = r or "none", p or "bf16" # the defaults the loom runs above took
     try:
         row = [l for l in open(f"{out}/bench_loom_{m}_{b}_{p}.txt") if l.startswith("|") and "step ms" not in l][-1]
         f = [x.strip() for x in row.strip().strip("|").split("|")]

@@ -18,11 +18,13 @@
 
 #include <cuda_fp8.h>
 
-#define FP8_VEC 8          // elements a thread converts from one row (16 bytes of bf16)
-#define FP8_WARP_COLS 2    // quantize_kernel's warps along a block's columns (4 along its rows)
-#define FP8_TILE_R 256     // a block's rows: 4 warps of 8 threads x 8 rows
-#define FP8_TILE_C 64      // a block's columns: 2 warps of 4 threads x 8 columns
+#define FP8_VEC 8          // elements a thread converts from one row (16 bytes of bf16); also its rows
+#define FP8_WARP_R 64      // a warp's rows in quantize_kernel: 8 threads x FP8_VEC rows
+#define FP8_WARP_C 32      // a warp's columns: 4 threads x FP8_VEC columns
 #define FP8_THREADS 256
+#define FP8_WARP_COLS 2    // warps along a block's columns (the other 4 along its rows)
+#define FP8_TILE_R (FP8_WARP_R * (FP8_THREADS / 32 / FP8_WARP_COLS)) // a block's rows: 256
+#define FP8_TILE_C (FP8_WARP_C * FP8_WARP_COLS)                      // a block's columns: 64
 #define FP8_AMAX_BLOCKS 1024
 
 // *amax = max(*amax, max |x|) over n bf16 (16-byte aligned, n a multiple of 8: read 8 at a
@@ -77,8 +79,9 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
     __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * 64 + lane / 4 * FP8_VEC;
-    int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * 32 + lane % 4 * FP8_VEC;
+    constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
+    int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
+    int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
     if (r >= R || c >= K) return;
     uint4 v[FP8_VEC];
 #pragma unroll
@@ -113,7 +116,7 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
 // transpose), each where not NULL; *inv their dequantizing scale, *amax a zeroed fp32 scratch
 static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, float *inv, unsigned *amax, const void *src,
                      int64_t R, int64_t K, bool e5m2) {
-    LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // the kernels' 8-element reads
+    LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // 16-byte reads, whole 8x8 blocks
     LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535);              // gridDim.y
     unsigned blocks = cuda_blocks(R * K / 8, 256);
     amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, 256, 0, cu->stream>>>(

@@ -268,6 +268,7 @@ extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, lo
     check_backward(be, dinp, dw, dout, inp, w);
     LOOM_CHECK(dinp.data && cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
     matmul_dinp(be, dinp, dout, w, pre);
+    if (!dw.data) return;
     cuda_gemm gw = dw_gemm(dw, dout, inp);
-    if (dw.data) matmul_dw(be, &gw, false, dbias, dout);
+    matmul_dw(be, &gw, false, dbias, dout);
 }
