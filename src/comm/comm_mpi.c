@@ -1,6 +1,6 @@
 // The MPI backend (OpenMPI from Debian; any MPI-3 library): host buffers, non-blocking
 // collectives (MPI_Iallreduce, MPI_Ireduce_scatter_block, ...). MPI has no average and no
-// bf16: LOOM_AVG is a sum divided at completion, bf16 is a 2-byte type with its own sum op.
+// bf16: LOOM_AVG is a sum divided at completion, bf16 is a 2-byte type with its own sum and max ops.
 #include "comm/comm_internal.h"
 
 #include "core/bf16.h"
@@ -9,12 +9,19 @@
 #include <mpi.h>
 
 static MPI_Datatype g_bf16 = MPI_DATATYPE_NULL;
-static MPI_Op g_bf16_sum = MPI_OP_NULL;
+static MPI_Op g_bf16_sum = MPI_OP_NULL, g_bf16_max = MPI_OP_NULL;
 
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     const uint16_t *a = in;
     uint16_t *b = inout;
     for (int i = 0; i < *len; i++) b[i] = loom_f32_to_bf16(loom_bf16_to_f32(a[i]) + loom_bf16_to_f32(b[i]));
+}
+
+static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++)
+        if (loom_bf16_to_f32(a[i]) > loom_bf16_to_f32(b[i])) b[i] = a[i];
 }
 
 static MPI_Comm comm_of(const loom_comm *c) { return *(MPI_Comm *)c->impl; }
@@ -29,7 +36,10 @@ static MPI_Datatype mpi_type(loom_dtype dt) {
     return MPI_DATATYPE_NULL;
 }
 
-static MPI_Op mpi_sum(loom_dtype dt) { return dt == LOOM_BF16 ? g_bf16_sum : MPI_SUM; }
+static MPI_Op mpi_op(loom_dtype dt, loom_red_op op) {
+    if (op == LOOM_MAX) return dt == LOOM_BF16 ? g_bf16_max : MPI_MAX;
+    return dt == LOOM_BF16 ? g_bf16_sum : MPI_SUM; // LOOM_AVG: a sum divided at completion
+}
 
 static loom_status check(int rc, const char *what) {
     if (rc == MPI_SUCCESS) return LOOM_OK;
@@ -53,14 +63,14 @@ static MPI_Request *request(loom_comm_req *r, void *avg_buf, size_t count, loom_
 
 static loom_status mpi_allreduce(loom_comm *c, void *buf, size_t n, loom_dtype dt, loom_red_op op, loom_comm_req *r) {
     LOOM_TRY(check_count(n, "all-reduce"));
-    return check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_sum(dt), comm_of(c),
+    return check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_type(dt), mpi_op(dt, op), comm_of(c),
                                 request(r, buf, n, dt, op)), "MPI_Iallreduce");
 }
 
 static loom_status mpi_reduce_scatter(loom_comm *c, const void *send, void *recv, size_t n, loom_dtype dt,
                                       loom_red_op op, loom_comm_req *r) {
     LOOM_TRY(check_count(n * (size_t)c->size, "reduce-scatter"));
-    return check(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), mpi_sum(dt), comm_of(c),
+    return check(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(dt), mpi_op(dt, op), comm_of(c),
                                            request(r, recv, n, dt, op)), "MPI_Ireduce_scatter_block");
 }
 
@@ -149,12 +159,14 @@ loom_status comm_mpi_world(int *argc, char ***argv, loom_comm **out) {
     MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
     MPI_Type_commit(&g_bf16);
     MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+    MPI_Op_create(bf16_max, 1, &g_bf16_max);
     *out = wrap(MPI_COMM_WORLD);
     return LOOM_OK;
 }
 
 void comm_mpi_finalize(void) {
     MPI_Op_free(&g_bf16_sum);
+    MPI_Op_free(&g_bf16_max);
     MPI_Type_free(&g_bf16);
     MPI_Finalize();
 }

@@ -35,7 +35,7 @@ static ncclDataType_t nccl_type(loom_dtype dt) {
     return ncclFloat32;
 }
 
-static ncclRedOp_t nccl_op(loom_red_op op) { return op == LOOM_AVG ? ncclAvg : ncclSum; }
+static ncclRedOp_t nccl_op(loom_red_op op) { return op == LOOM_AVG ? ncclAvg : op == LOOM_MAX ? ncclMax : ncclSum; }
 
 // The comm stream waits for the compute stream's work so far.
 static loom_status begin(nccl_group *g) {

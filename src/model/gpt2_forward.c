@@ -98,6 +98,14 @@ static void attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dout,
     m->be->attention_backward(m->be, dqkv, dqkv, dout, qkv, qkv, out, lse, m->NH, LOOM_ATTN_CAUSAL);
 }
 
+// Block l's weight k for a matmul op, naming its linear layer as the backend's FP8 scaling site
+// (backend.h's fp8_site): the weight's parameter index, the same in the layer's forward and
+// backward, so their casts share the layer's amax histories under delayed scaling.
+static loom_tensor linear_weight(const loom_gpt2 *m, int l, int k) {
+    m->be->fp8_site = m->block_at[l] + k;
+    return gpt2_param(m, l, k);
+}
+
 // Where the partial products of a layer whose reduced rows go to `local` are summed: local
 // itself when it holds all rows, else the shared (N,C) scratch.
 static loom_tensor partial(const gpt2_views *v, loom_tensor local) {
@@ -121,16 +129,16 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     be->layernorm_forward(be, gpt2_mine(m, v, ln1), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i), x,
                           gpt2_param(m, l, B_LN1W), gpt2_param(m, l, B_LN1B));
     tp_gather(m, ln1, gpt2_mine(m, v, ln1));
-    be->matmul_forward(be, qkv, ln1, gpt2_param(m, l, B_QKVW), gpt2_param(m, l, B_QKVB));
+    be->matmul_forward(be, qkv, ln1, linear_weight(m, l, B_QKVW), gpt2_param(m, l, B_QKVB));
     attention_forward(m, atty, layer(&a->att_lse, i), qkv);
-    be->matmul_forward(be, partial(v, out), atty, gpt2_param(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
+    be->matmul_forward(be, partial(v, out), atty, linear_weight(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
     tp_reduce(m, out, partial(v, out));
     be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), layer(&a->ln2_mean, i),
                                    layer(&a->ln2_rstd, i), x, out, gpt2_param(m, l, B_LN2W),
                                    gpt2_param(m, l, B_LN2B));
     tp_gather(m, ln2, gpt2_mine(m, v, ln2));
-    be->matmul_gelu_forward(be, fch_gelu, fch, ln2, gpt2_param(m, l, B_FCW), gpt2_param(m, l, B_FCB));
-    be->matmul_forward(be, partial(v, out), fch_gelu, gpt2_param(m, l, B_FCPROJW), gpt2_applied(m, l, B_FCPROJB));
+    be->matmul_gelu_forward(be, fch_gelu, fch, ln2, linear_weight(m, l, B_FCW), gpt2_param(m, l, B_FCB));
+    be->matmul_forward(be, partial(v, out), fch_gelu, linear_weight(m, l, B_FCPROJW), gpt2_applied(m, l, B_FCPROJB));
     tp_reduce(m, out, partial(v, out));
     be->residual_forward(be, layer(&a->residual3, i), residual2, out);
 }
@@ -162,13 +170,13 @@ static void block_weights(loom_gpt2 *m, const gpt2_views *v, int l, block_douts 
     loom_tensor none = no_tensor();
     if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_FCPROJW), gpt2_grad(m, l, B_FCPROJB), d.fcproj,
-                        layer(&a->fch_gelu, i), gpt2_param(m, l, B_FCPROJW));
+                        layer(&a->fch_gelu, i), linear_weight(m, l, B_FCPROJW));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_FCW), gpt2_grad(m, l, B_FCB), d.fch, layer(&a->ln2, i),
-                        gpt2_param(m, l, B_FCW));
+                        linear_weight(m, l, B_FCW));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_ATTPROJW), gpt2_grad(m, l, B_ATTPROJB), d.attproj,
-                        layer(&a->atty, i), gpt2_param(m, l, B_ATTPROJW));
+                        layer(&a->atty, i), linear_weight(m, l, B_ATTPROJW));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_QKVW), gpt2_grad(m, l, B_QKVB), d.qkv, layer(&a->ln1, i),
-                        gpt2_param(m, l, B_QKVW));
+                        linear_weight(m, l, B_QKVW));
 }
 
 // Block l's backward from v->dres = d(loss)/d(block output) to d(loss)/d(block input) in v->dres,
@@ -188,9 +196,9 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     tp_gather(m, v->dfull, v->dres);
     keep(m, d.fcproj, v->dfull);
     be->matmul_gelu_backward(be, d.fch, all ? gpt2_grad(m, l, B_FCPROJW) : none, all ? gpt2_grad(m, l, B_FCPROJB) : none,
-                             v->dfull, layer(&a->fch_gelu, i), gpt2_param(m, l, B_FCPROJW), layer(&a->fch, i));
+                             v->dfull, layer(&a->fch_gelu, i), linear_weight(m, l, B_FCPROJW), layer(&a->fch, i));
     be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_FCW) : none, all ? gpt2_grad(m, l, B_FCB) : none, d.fch,
-                        layer(&a->ln2, i), gpt2_param(m, l, B_FCW));
+                        layer(&a->ln2, i), linear_weight(m, l, B_FCW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN2W), gpt2_grad(m, l, B_LN2B), v->dlocal,
                            layer(&a->residual2, i), gpt2_param(m, l, B_LN2W), layer(&a->ln2_mean, i),
@@ -199,10 +207,10 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     tp_gather(m, v->dfull, v->dres);
     keep(m, d.attproj, v->dfull);
     be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
-                        v->dfull, atty, gpt2_param(m, l, B_ATTPROJW));
+                        v->dfull, atty, linear_weight(m, l, B_ATTPROJW));
     attention_backward(m, d.qkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i));
     be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, all ? gpt2_grad(m, l, B_QKVB) : none, d.qkv,
-                        layer(&a->ln1, i), gpt2_param(m, l, B_QKVW));
+                        layer(&a->ln1, i), linear_weight(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));

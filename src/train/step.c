@@ -59,6 +59,24 @@ static loom_status pipeline_sync(loom_trainer *t) {
     return loom_dp_end_micro_batch(t->dp);
 }
 
+void loom_train_fp8_begin(loom_trainer *t) {
+    loom_backend *be = t->be;
+    size_t n;
+    float *amax = be->fp8_history ? be->fp8_amax(be, &n) : NULL;
+    if (amax) be->zero(be, amax, n * sizeof(float));
+}
+
+loom_status loom_train_fp8_end(loom_trainer *t) {
+    loom_backend *be = t->be;
+    if (!be->fp8_history) return LOOM_OK;
+    size_t n;
+    float *amax = be->fp8_amax(be, &n);
+    if (amax && t->dp_size > 1) // (one rank: no copy through the host, and a graph may hold the roll)
+        LOOM_TRY(loom_allreduce(t->mesh->dev[LOOM_GROUP_DP], amax, n, LOOM_F32, LOOM_MAX, NULL));
+    be->fp8_roll(be);
+    return LOOM_OK;
+}
+
 loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out) {
     const loom_train_config *c = &t->cfg;
     loom_gpt2 *m = t->model;
@@ -67,6 +85,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     uint64_t first = loom_train_first_micro_batch(t);
     double t0 = loom_now();
     loom_gpt2_zero_grads(m);
+    loom_train_fp8_begin(t);
     double sum = 0;
     if (t->pipe) { // the schedule's actions over the A micro-batches, then one reduction
         t->batch = batch, t->batch_ctx = ctx, t->batch_first = first;
@@ -89,6 +108,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
             if (t->fsdp) LOOM_TRY(loom_fsdp_error(t->fsdp));
             LOOM_TRY(loom_dp_end_micro_batch(t->dp));
         }
+    LOOM_TRY(loom_train_fp8_end(t));
     out->loss = sum / A; // each cp rank's is the mean over its chunks: the average is the sequences'
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP_CP], &out->loss, 1, LOOM_F64, LOOM_AVG, NULL));
     if (t->timed) t->be->synchronize(t->be);

@@ -1,5 +1,6 @@
 // --cuda-graphs: the whole training step — zeroing the gradients, each micro-batch's tokens,
-// forward and backward, the gradient norm, clipping and AdamW — recorded once through the
+// forward and backward (and the roll of FP8 delayed scaling's amaxes), the gradient norm,
+// clipping and AdamW — recorded once through the
 // backend's graph ops and replayed every step as one launch, with no host round trip inside it
 // (as torch.cuda.graph records a whole fixed-shape step). One rank only (trainer.c's
 // check_cuda_graphs): no collective sits in the step, and the gradients need no reduction.
@@ -76,6 +77,7 @@ static loom_status issue(loom_trainer *t) {
     int A = t->grad_accum;
     be->copy(be, g->dev, g->host, sizeof *g->dev);
     loom_gpt2_zero_grads(m);
+    loom_train_fp8_begin(t);
     for (int a = 0; a < A; a++) {
         const int32_t *inputs = g->tokens + 2 * a * g->N;
         loom_dp_begin_micro_batch(t->dp, m->grads, a == 0, loom_dp_syncs(t->dp, a, A));
@@ -84,6 +86,7 @@ static loom_status issue(loom_trainer *t) {
         be->copy(be, g->losses + a * g->N, losses.data, (size_t)g->N * sizeof(float));
         LOOM_TRY(loom_dp_end_micro_batch(t->dp));
     }
+    LOOM_TRY(loom_train_fp8_end(t)); // one rank: the roll alone
     loom_dp_local_grads(t->dp, &t->reduced, &g->dev->sumsq);
     int64_t n = A * g->N;
     be->step_scalars(be, g->dev, loom_view_dims(g->losses, LOOM_F32, &n, 1), c->adamw.grad_clip);

@@ -240,9 +240,21 @@ static loom_status check_cuda_graphs(const loom_trainer *t) {
 }
 
 // FP8 scales are per tensor: tensor or context parallelism would split a product's operands
-// into shards scaled by amaxes of their own, other mathematics than the one-process run's.
+// into shards scaled by amaxes of their own, other mathematics than the one-process run's. The
+// recipe flags need --precision fp8, and the history the delayed recipe.
 static loom_status check_fp8(const loom_train_config *c) {
-    if (strcmp(c->precision, "fp8") != 0 || (c->tp == 1 && c->cp == 1)) return LOOM_OK;
+    bool fp8 = strcmp(c->precision, "fp8") == 0, delayed = c->fp8_recipe && strcmp(c->fp8_recipe, "delayed") == 0;
+    if (c->fp8_recipe && !delayed && strcmp(c->fp8_recipe, "tensorwise") != 0)
+        return loom_fail(LOOM_EINVAL, "recipes are: tensorwise (scales from the current amax), delayed (from an amax history)",
+                         "unknown --fp8-recipe '%s'", c->fp8_recipe);
+    if (c->fp8_recipe && !fp8)
+        return loom_fail(LOOM_EINVAL, "add --precision fp8, or drop --fp8-recipe",
+                         "--fp8-recipe %s scales FP8 copies, and --precision %s makes none", c->fp8_recipe, c->precision);
+    if (c->fp8_history && !delayed)
+        return loom_fail(LOOM_EINVAL, "add --fp8-recipe delayed, or drop --fp8-history",
+                         "--fp8-history %d is the delayed recipe's, and this run scales by %s", c->fp8_history,
+                         fp8 ? "the current amax (tensorwise)" : "no FP8 (--precision is not fp8)");
+    if (!fp8 || (c->tp == 1 && c->cp == 1)) return LOOM_OK;
     return loom_fail(LOOM_EUNSUPPORTED, "use --precision bf16 with --tp or --cp; fp8 runs with data and pipeline parallelism",
                      "--precision fp8 scales each tensor by its own amax, which --tp %d --cp %d would split into shards",
                      c->tp, c->cp);
@@ -260,6 +272,8 @@ static loom_status build(loom_trainer *t, bool *report) {
     omp_set_num_threads(threads > 0 ? threads : 1);
     AGREE(check_fp8(c));
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
+    if (c->fp8_recipe && strcmp(c->fp8_recipe, "delayed") == 0)
+        t->be->fp8_history = c->fp8_history ? c->fp8_history : LOOM_FP8_HISTORY;
     AGREE(check_cuda_graphs(t));
     if (t->be->stream) AGREE(loom_mesh_attach_device(t->mesh, t->be->stream, c->device_comm));
     loom_gpt2_config cfg;

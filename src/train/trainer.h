@@ -34,6 +34,10 @@
 
 #include <stdbool.h>
 
+// The delayed FP8 recipe's default amax history, steps (Transformer Engine's default is longer,
+// 1024; a short one lets the scales follow the early steps' fast-changing activations)
+#define LOOM_FP8_HISTORY 16
+
 typedef struct {
     loom_gpt2_config model;  // the architecture of a fresh run (ignored with init or a resume)
     const char *init;        // an llm.c model file to start from, or NULL
@@ -56,6 +60,8 @@ typedef struct {
     loom_lr_schedule lr;
     uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding
     const char *device, *precision; // loom_backend_open's names
+    const char *fp8_recipe;  // with precision fp8: "tensorwise" (NULL) or "delayed" (backend.h's fp8_history)
+    int fp8_history;         // the delayed recipe's amax history, steps (0: LOOM_FP8_HISTORY)
     const char *device_comm; // "nccl" or "mpi" (staged through the host) for GPU buffers
     int threads;             // CPU threads (0: the host's cores shared among its ranks)
     const char *resume;      // a checkpoint folder to continue from (its newest step), or NULL

@@ -87,6 +87,11 @@ bad_input)
   expect_error "--cuda-graphs: --offload optimizer copies" train --cuda-graphs --offload optimizer
   expect_error "precision fp8 needs a GPU: the cpu backend has no FP8 products" train --precision fp8 --device cpu
   expect_error "unknown precision 'fp4'" train --precision fp4
+  expect_error "unknown --fp8-recipe 'current'" train --precision fp8 --fp8-recipe current
+  expect_error "--fp8-recipe delayed scales FP8 copies, and --precision bf16 makes none" train --precision bf16 --fp8-recipe delayed
+  expect_error "--fp8-history 8 is the delayed recipe's" train --precision fp8 --fp8-history 8
+  expect_error "--fp8-history" train --precision fp8 --fp8-recipe delayed --fp8-history 2000
+  expect_error "unknown --fp8-recipe 'x'" "$LOOM" bench --model gpt2-mini --precision fp8 --fp8-recipe x
   # a failing run must not touch an existing checkpoint folder
   train --ckpt-dir keep --steps 2 >/dev/null || fail "setup run"
   before=$(cd keep && md5sum ./*)

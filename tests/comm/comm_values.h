@@ -1,6 +1,7 @@
 // The inputs and expected results that the collective tests of tests/comm share: small integers
 // (exact in every dtype, so sums are exact) from a seed every rank agrees on, written and read
-// in any dtype, and the reduction over ranks rounded as the backends round LOOM_AVG.
+// in any dtype, and the reduction over ranks (LOOM_SUM, LOOM_AVG rounded as the backends round it,
+// LOOM_MAX).
 #pragma once
 #include "harness.h"
 
@@ -36,9 +37,10 @@ static double get(const void *buf, loom_dtype dt, size_t i) {
 
 // the expected reduction of element i over all ranks, rounded as the backend's AVG rounds
 static double reduced(int k, int size, size_t i, loom_dtype dt, loom_red_op op) {
-    double sum = 0;
-    for (int r = 0; r < size; r++) sum += value(k, r, i);
+    double sum = 0, max = value(k, 0, i);
+    for (int r = 0; r < size; r++) sum += value(k, r, i), max = fmax(max, value(k, r, i));
     if (op == LOOM_SUM) return sum;
+    if (op == LOOM_MAX) return max;
     switch (dt) {
     case LOOM_F32: return (float)sum / (float)size;
     case LOOM_BF16: return loom_bf16_to_f32(loom_f32_to_bf16((float)sum / (float)size));

@@ -1,6 +1,6 @@
 // Collectives of src/comm against reference results computed on every rank: all-reduce,
 // reduce-scatter, all-gather (in and out of place), broadcast, all-to-all, send/recv, barrier,
-// for counts that do and do not divide by the group size, every dtype, SUM and AVG; sub-groups
+// for counts that do and do not divide by the group size, every dtype, SUM, AVG and MAX; sub-groups
 // by split; requests waited out of order; failure agreement; even sharding. Values are small
 // integers (exact in every dtype, so sums are exact) plus one fp32 case of random reals.
 // Run alone (the "self" backend) or under mpirun -np N.
@@ -12,7 +12,7 @@ static void test_reductions(loom_comm *c, loom_dtype dt, loom_red_op op, size_t 
     int R = loom_comm_rank(c), W = loom_comm_size(c);
     size_t es = loom_dtype_size(dt);
     char *buf = malloc(n * W * es + 1), *piece = malloc(n * es + 1);
-    const char *what = op == LOOM_SUM ? "sum" : "avg";
+    const char *what = op == LOOM_SUM ? "sum" : op == LOOM_AVG ? "avg" : "max";
     // all-reduce of n elements
     for (size_t i = 0; i < n; i++) put(buf, dt, i, value(k, R, i));
     T_ASSERT(loom_allreduce(c, buf, n, dt, op, NULL) == LOOM_OK, "allreduce: %s", loom_error_message());
@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
     int k = 0;
     for (size_t d = 0; d < 4; d++)
         for (size_t n = 0; n < 5; n++)
-            for (int op = 0; op < 2; op++) test_reductions(c, dts[d], op ? LOOM_AVG : LOOM_SUM, counts[n], k += 2);
+            for (int op = LOOM_SUM; op <= LOOM_MAX; op++) test_reductions(c, dts[d], (loom_red_op)op, counts[n], k += 2);
     for (size_t n = 0; n < 5; n++) test_movement(c, counts[n], k += W + 1);
     test_async(c);
     test_reals(c);

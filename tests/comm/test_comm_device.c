@@ -1,6 +1,6 @@
 // Collectives on device buffers through the staged group (loom_comm_staged) against the exact
-// host references of comm_values.h: all-reduce and reduce-scatter in every dtype with SUM and
-// AVG; all-gather (in and out of place), broadcast, all-to-all and send/recv in every dtype;
+// host references of comm_values.h: all-reduce and reduce-scatter in every dtype with SUM, AVG
+// and MAX; all-gather (in and out of place), broadcast, all-to-all and send/recv in every dtype;
 // counts that do and do not divide by the group size; several requests in flight together,
 // their inputs written by the stream just before and overwritten just after; sub-groups, and a
 // staged group outliving the group it was made from. Outputs start poisoned (0x7f bytes, far
@@ -64,7 +64,7 @@ static double *values(double *want, int pieces, size_t n, int k, int r0, int dr)
 }
 
 static void test_reductions(loom_comm *d, loom_dtype dt, loom_red_op op, size_t n, int k) {
-    const char *what = op == LOOM_SUM ? "sum" : "avg", *dn = loom_dtype_name(dt);
+    const char *what = op == LOOM_SUM ? "sum" : op == LOOM_AVG ? "avg" : "max", *dn = loom_dtype_name(dt);
     dbuf buf = d_alloc(n, dt), send = d_alloc(n * W, dt), piece = d_alloc(n, dt);
     double *want = loom_xmalloc(n * sizeof(double));
     fill(&buf, 0, n, k, R);
@@ -280,7 +280,7 @@ int main(int argc, char **argv) {
     int k = 0;
     for (size_t t = 0; s == LOOM_OK && t < 4; t++)
         for (size_t n = 0; n < 5; n++) {
-            for (int op = 0; op < 2; op++) test_reductions(d, dts[t], op ? LOOM_AVG : LOOM_SUM, counts[n], k += 2);
+            for (int op = LOOM_SUM; op <= LOOM_MAX; op++) test_reductions(d, dts[t], (loom_red_op)op, counts[n], k += 2);
             test_movement(d, dts[t], counts[n], k += W + 1);
         }
     if (s == LOOM_OK) test_async(d);

@@ -29,14 +29,23 @@ static float fp8_round(float x, fp8_format f) {
     return copysignf(rintf(a / quantum) * quantum, x);
 }
 
-// x (n) as the FP8 product sees it: rounded with the tensor's scale, then scaled back
-static float *fp8_view(const float *x, size_t n, fp8_format f) {
+static float amax_of(const float *x, size_t n) {
     float amax = 0;
     for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-    float s = f.fmax / fmaxf(amax, 1e-12f), inv = 1.0f / s;
+    return amax;
+}
+
+// x (n) as the FP8 product sees it: rounded with scale s, then scaled back
+static float *fp8_view_scaled(const float *x, size_t n, fp8_format f, float s) {
+    float inv = 1.0f / s;
     float *y = loom_xmalloc(n * sizeof(float) + 4);
     for (size_t i = 0; i < n; i++) y[i] = fp8_round(x[i] * s, f) * inv;
     return y;
+}
+
+// ... with the tensor's own scale (the current amax)
+static float *fp8_view(const float *x, size_t n, fp8_format f) {
+    return fp8_view_scaled(x, n, f, f.fmax / fmaxf(amax_of(x, n), 1e-12f));
 }
 
 // The device's result in b against want (the CPU's on the rounded operands) and plain (on the
@@ -47,7 +56,8 @@ static void check_fp8(const char *what, buf b, const float *want, const float *p
     double e = t_max_rel_err(got, want, b.n), ep = t_max_rel_err(got, plain, b.n);
     if (fits) {
         record(what, e);
-        T_ASSERT(e < FP8_TOL && 4 * e < ep, "%s N=%d C=%d: err %.3g against the FP8 reference, %.3g against bf16",
+        T_ASSERT(e < FP8_TOL && 4 * e < ep,
+                 "%s N=%d C=%d: err %.3g against the FP8 reference, %.3g against the other (bf16, or other scales)",
                  what, s.B, s.C, e, ep);
     } else {
         record("bf16 path (dims not multiples of 16; the DGELU dinp)", ep);
@@ -122,10 +132,104 @@ static void test_backward(int N, int C, int OC, bool with_gelu, bool fits) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
+// ---- delayed scaling (backend.h's fp8_history) ----
+#define DELAYED_H 3    // the history: 3 rolls
+#define DELAYED_SITE 5 // a layer's index: its slots are 15, 16, 17
+enum { IN, WT, GR };   // the slots' roles, as fp8.cu's
+static const fp8_format *const ROLE_FMT[3] = {&E4M3, &E4M3, &E5M2};
+
+// A host model of one slot: the ring of the last DELAYED_H rolls' amaxes, the amax since the
+// last roll, whether it was cast before a roll (then it scales from the ring)
+typedef struct {
+    float ring[DELAYED_H], amax;
+    int pos;
+    bool seen, ready;
+} host_slot;
+
+// The scale of a cast of x (n) in slot s: by the ring's max once ready, else by x's own amax;
+// the slot's amax raised
+static float slot_cast(host_slot *s, const float *x, size_t n, fp8_format f) {
+    float a = amax_of(x, n), m = 0;
+    s->amax = fmaxf(s->amax, a), s->seen = true;
+    if (!s->ready) return f.fmax / fmaxf(a, 1e-12f);
+    for (int j = 0; j < DELAYED_H; j++) m = fmaxf(m, s->ring[j]);
+    return f.fmax / fmaxf(m, 1e-12f);
+}
+
+static void slot_roll(host_slot *s) {
+    s->ring[s->pos] = s->amax, s->amax = 0, s->pos = (s->pos + 1) % DELAYED_H;
+    s->ready = s->ready || s->seen;
+}
+
+// out (N,OC) = x_k w^T, dinp = dout_k w, dw = dout_k^T x_k over steps k with x_k = c_k x and
+// dout_k = c_k dout, a roll after each, against the references rounded with the scales of the
+// host model (`want`) and with each tensor's own (`own`). Step 0 scales by the current amaxes;
+// from step 1 on the scales come from the rings: no c_k is a power of 2 times the ring's max (so
+// the two roundings differ and the product must be 4 times closer to `want`), step 2's inputs
+// exceed their rings (the cast saturates), and step 6's scale comes from after step 2's amax
+// left the ring. Before each roll the device's slot amaxes must equal the host's (exact: maxima
+// of the same bf16 values).
+static void test_delayed(int N, int C, int OC) {
+    static const float c[] = {1.0f, 0.3f, 1.7f, 0.45f, 0.7f, 0.4f, 0.4f};
+    static const char *const what[3][2] = {{"fp8 delayed: out (first step: current amax)", "fp8 delayed: out (from the history)"},
+                                           {"fp8 delayed: dinp (first step)", "fp8 delayed: dinp (from the history)"},
+                                           {"fp8 delayed: dw (first step)", "fp8 delayed: dw (from the history)"}};
+    shape s = {N, 1, C, 1};
+    buf x0 = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt), d0 = b_randn((size_t)N * OC, 1, dt);
+    buf out = b_nans((size_t)N * OC, dt), dinp = b_nans((size_t)N * C, dt);
+    float *xk = loom_xmalloc(x0.n * 4), *dk = loom_xmalloc(d0.n * 4), *zeros = calloc(w.n, 4);
+    size_t rn[3] = {out.n, dinp.n, w.n};
+    float *ref[3][3]; // [the host model's scales, each tensor's own, unrounded][out, dinp, dw]
+    for (int v = 0; v < 3; v++)
+        for (int j = 0; j < 3; j++) ref[v][j] = loom_xmalloc(rn[j] * 4);
+    host_slot slot[3] = {{{0}}};
+    loom_tensor none = {0};
+    gpu->fp8_site = DELAYED_SITE;
+    for (int k = 0; k < (int)(sizeof c / sizeof *c); k++) {
+        for (size_t i = 0; i < x0.n; i++) xk[i] = c[k] * x0.h[i];
+        for (size_t i = 0; i < d0.n; i++) dk[i] = c[k] * d0.h[i];
+        buf x = b_from(xk, x0.n, dt), d = b_from(dk, d0.n, dt), dw = b_from(zeros, w.n, dt);
+        float *ops[3] = {x.h, w.h, d.h}, *q[3][3];
+        size_t ns[3] = {x.n, w.n, d.n};
+        for (int r = 0; r < 3; r++) {
+            q[0][r] = fp8_view_scaled(ops[r], ns[r], *ROLE_FMT[r], slot_cast(&slot[r], ops[r], ns[r], *ROLE_FMT[r]));
+            q[1][r] = fp8_view(ops[r], ns[r], *ROLE_FMT[r]);
+            q[2][r] = ops[r];
+        }
+        for (int v = 0; v < 3; v++) {
+            loom_tensor xv = LOOM_VIEW(q[v][IN], F32, N, C), wv = LOOM_VIEW(q[v][WT], F32, OC, C);
+            memset(ref[v][2], 0, w.n * 4);
+            cpu->matmul_forward(cpu, LOOM_VIEW(ref[v][0], F32, N, OC), xv, wv, none);
+            cpu->matmul_backward(cpu, LOOM_VIEW(ref[v][1], F32, N, C), LOOM_VIEW(ref[v][2], F32, OC, C), none,
+                                 LOOM_VIEW(q[v][GR], F32, N, OC), xv, wv);
+        }
+        gpu->matmul_forward(gpu, DV(out, N, OC), DV(x, N, C), DV(w, OC, C), none);
+        gpu->matmul_backward(gpu, DV(dinp, N, C), DV(dw, OC, C), none, DV(d, N, OC), DV(x, N, C), DV(w, OC, C));
+        buf got[3] = {out, dinp, dw};
+        for (int j = 0; j < 3; j++) check_fp8(what[j][k > 0], got[j], ref[0][j], ref[k ? 1 : 2][j], true, s);
+        size_t n;
+        float *amax = gpu->fp8_amax(gpu, &n), dev[3];
+        T_ASSERT(amax && n >= 3 * (DELAYED_SITE + 1), "fp8_amax: %zu slots", n);
+        gpu->download(gpu, dev, amax + 3 * DELAYED_SITE, sizeof dev);
+        for (int r = 0; r < 3; r++)
+            T_ASSERT(dev[r] == slot[r].amax, "fp8 delayed step %d: slot %d's amax %g, the host's %g", k, r,
+                     (double)dev[r], (double)slot[r].amax);
+        gpu->fp8_roll(gpu);
+        for (int r = 0; r < 3; r++) slot_roll(&slot[r]), free(q[0][r]), free(q[1][r]);
+        b_free(&x), b_free(&d), b_free(&dw);
+    }
+    gpu->fp8_site = -1;
+    for (int v = 0; v < 3; v++)
+        for (int j = 0; j < 3; j++) free(ref[v][j]);
+    free(xk), free(dk), free(zeros);
+    b_free(&x0), b_free(&w), b_free(&d0), b_free(&out), b_free(&dinp);
+}
+
 static void run_mode(loom_dtype mode, bool quick) {
     if (mode != LOOM_BF16) return; // FP8 products are a bf16 run's
     LOOM_CHECK(loom_backend_create(&gpu, "cuda", mode) == LOOM_OK);
     gpu->fp8 = true;
+    gpu->fp8_history = DELAYED_H; // tensorwise where fp8_site is -1: every test but test_delayed
     dt = mode;
     tol = 1e-2;
     // (N, C, OC): gpt2's qkv and fc shapes, gpt2-xl's fc, then dims that are not multiples of 16
@@ -140,6 +244,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_backward(d[0], d[1], d[2], false, true);
         test_backward(d[0], d[1], d[2], true, true); // as the layer after a GELU whose input was pre
     }
+    test_delayed(256, 768, 2304);
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
         const int *d = ragged[i];
         test_forward(d[0], d[1], d[2], false);

@@ -113,6 +113,7 @@ static void cuda_destroy(loom_backend *be) {
     if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
     CUDA_CHECK(cudaFree(cu->workspace));
     cuda_matmul_free_cache(cu);
+    cuda_fp8_free(cu);
     CUBLAS_CHECK(cublasLtDestroy(cu->lt));
     CUDA_CHECK(cudaStreamDestroy(cu->stream));
     cuda_block *b, *tmp;
@@ -196,6 +197,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .name = "cuda",
         .dtype = dtype,
         .fp8 = false,
+        .fp8_history = 0,
+        .fp8_site = -1,
         .bytes_in_use = 0,
         .peak_bytes = 0,
         .host_bytes_in_use = 0,
@@ -244,6 +247,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .sumsq = cuda_sumsq,
         .sumsq_add = cuda_sumsq_add,
         .step_scalars = cuda_step_scalars,
+        .fp8_amax = cuda_fp8_amax,
+        .fp8_roll = cuda_fp8_roll,
         .destroy = cuda_destroy,
     };
     cuda_account(cu, (long long)cu->workspace_bytes);

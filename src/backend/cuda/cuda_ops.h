@@ -53,6 +53,7 @@ typedef struct {
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
+    struct cuda_fp8_slots *fp8; // FP8 delayed scaling's slots (fp8.cu; NULL before the first)
     struct cuda_host_block *host_blocks; // live host_alloc allocations, for base.host_bytes_in_use
     cudaStream_t copy_stream;  // copy_async's side stream (created at its first use), and its
     cudaEvent_t ops_done;      // events: the ops issued before a copy, and each copy's completion
@@ -174,18 +175,24 @@ typedef struct {
 // Runs g and returns CUBLAS_STATUS_SUCCESS, or returns why cuBLASLt has no algorithm for it
 // (nothing run). The heuristic's answer per shape, types and alignments is cached.
 cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g);
+// Which operand of a linear layer a product's A or B is: its scaling slot under delayed scaling
+// (backend.h's fp8_site), and its format: output gradients E5M2, the others E4M3.
+typedef enum { CUDA_FP8_INPUT, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD, CUDA_FP8_ROLES } cuda_fp8_role;
 // g (of the backend's dtype, bf16, as matmul.cu builds it) computed from FP8 copies of A and B
-// (fp8.cu: per-tensor scaling from the current amax); b_grad: B holds output gradients (E5M2,
-// no fast accumulation), else activations (E4M3, fast accumulation). Returns
-// CUBLAS_STATUS_NOT_SUPPORTED, running nothing, when g does not suit FP8 (m, n or k not a
-// multiple of 16, a strided operand or one not 16-byte aligned), or cuBLASLt's failure.
-cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad);
+// (fp8.cu: per-tensor scales, from the current amax or delayed), A being operand role_a (the
+// weight or the input) and B operand role_b (the input, or the output gradient: E5M2, no fast
+// accumulation; else fast accumulation). Returns CUBLAS_STATUS_NOT_SUPPORTED, running nothing,
+// when g does not suit FP8 (m, n or k not a multiple of 16, a strided operand or one not
+// 16-byte aligned), or cuBLASLt's failure.
+cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b);
 // A linear layer's two gradient products from FP8 copies, dout (N,OC) cast once for both: gi the
 // dinp product (B = dout as it is), gw the dw product (B = dout transposed), as matmul.cu builds
 // them. *si and *sw: each product's status as cuda_fp8_gemm_run's (NOT_SUPPORTED for both, running
 // nothing, when either does not suit FP8).
 void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, cublasStatus_t *si,
                        cublasStatus_t *sw);
+// Frees delayed scaling's slots (at destroy).
+void cuda_fp8_free(loom_cuda *cu);
 
 // Frees matmul.cu's cache of cuBLASLt algorithms (at destroy).
 void cuda_matmul_free_cache(loom_cuda *cu);
@@ -234,4 +241,6 @@ void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, 
 void cuda_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 double cuda_sumsq(loom_backend *be, loom_tensor x);
 void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x);
+float *cuda_fp8_amax(loom_backend *be, size_t *n);
+void cuda_fp8_roll(loom_backend *be);
 }

@@ -14,9 +14,17 @@
 // not (torchao's defaults). The copies live in the backend's scratch: (m + n) k bytes. A layer's
 // backward (cuda_fp8_backward) casts dout once for both of its products: one amax pass and one
 // read of dout write dout8 and (dout^T)8 with the same scale, 2 N OC bytes beside the A copy.
+// Delayed scaling (backend.h's fp8_history; Transformer Engine's DelayedScaling, "max" algorithm):
+// each linear layer (fp8_site) has three slots, its input, weight and output gradient, each with
+// a ring of its last H rolls' amaxes; a cast whose slot has a history scales by
+//   s = FMAX / max(ring)   (cuda_fp8_roll computes it once a step for every slot)
+// and raises the slot's amax as it converts, so one pass over the tensor does what the current
+// amax does in two. The weight's and the input's copies in the backward take the forward's slots:
+// the same tensors, so the same scales.
 #include "backend/cuda/cuda_ops.h"
 
 #include <cuda_fp8.h>
+#include <string.h>
 
 #define FP8_VEC 8          // elements a thread converts from one row (16 bytes of bf16); also its rows
 #define FP8_WARP_R 64      // a warp's rows in quantize_kernel: 8 threads x FP8_VEC rows
@@ -26,6 +34,9 @@
 #define FP8_TILE_R (FP8_WARP_R * (FP8_THREADS / 32 / FP8_WARP_COLS)) // a block's rows: 256
 #define FP8_TILE_C (FP8_WARP_C * FP8_WARP_COLS)                      // a block's columns: 64
 #define FP8_AMAX_BLOCKS 1024
+#define FP8_E4M3_MAX 448.0f
+#define FP8_E5M2_MAX 57344.0f
+#define FP8_ROLL_THREADS 256
 
 // *amax = max(*amax, max |x|) over n bf16 (16-byte aligned, n a multiple of 8: read 8 at a
 // time), as fp32 bits (>= 0: unsigned order is float order)
@@ -67,26 +78,17 @@ __device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t 
     c = __byte_perm(t2, t3, 0x5410), d = __byte_perm(t2, t3, 0x7632);
 }
 
-// fp8(src s) with s from *amax: src (R,K) bf16, R and K multiples of 8, 16-byte aligned, into
-// rows (R,K) and cols (K,R) (its transpose), each where not NULL; *inv = 1/s. A thread converts
-// an 8x8 block (its 8 row loads in flight at once) and transposes it in registers for cols: the
-// 4 threads of a warp along the columns read 64 contiguous bytes a row and write 32 to rows, the 8
-// along the rows write 64 contiguous bytes a cols row, so no sector is part-used and no shared
-// memory is needed.
-__global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src, int64_t R,
-                                int64_t K, bool e5m2, const unsigned *amax) {
-    float s = (e5m2 ? 57344.0f : 448.0f) / fmaxf(__uint_as_float(*amax), 1e-12f);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
-    __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
-    int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
-    int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
-    if (r >= R || c >= K) return;
+// The 8x8 block at (r, c) of src (R,K) times s into rows (R,K) and cols (K,R), each where not
+// NULL; returns its largest |x| (NaN ignored). The thread's 8 row loads are in flight at once;
+// cols takes the block transposed in registers.
+__device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, const __nv_bfloat16 *src, int64_t r,
+                                                int64_t c, int64_t R, int64_t K, float s,
+                                                __nv_fp8_interpretation_t fmt) {
     uint4 v[FP8_VEC];
 #pragma unroll
     for (int k = 0; k < FP8_VEC; k++) v[k] = *(const uint4 *)(src + (r + k) * K + c);
     uint32_t lo[FP8_VEC], hi[FP8_VEC]; // row k's bytes 0-3 and 4-7
+    float m = 0.0f;
 #pragma unroll
     for (int k = 0; k < FP8_VEC; k++) {
         const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v[k];
@@ -95,12 +97,13 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
         for (int e = 0; e < FP8_VEC / 2; e++) {
             float2 f = __bfloat1622float2(h[e]);
             x[2 * e] = f.x, x[2 * e + 1] = f.y;
+            m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
         }
         uint2 q = fp8_pack(x, s, fmt);
         lo[k] = q.x, hi[k] = q.y;
         if (rows) *(uint2 *)(rows + (r + k) * K + c) = q;
     }
-    if (!cols) return;
+    if (!cols) return m;
     transpose4x4(lo[0], lo[1], lo[2], lo[3]); // lo[j]: column j of rows 0-3
     transpose4x4(lo[4], lo[5], lo[6], lo[7]); // lo[4 + j]: column j of rows 4-7
     transpose4x4(hi[0], hi[1], hi[2], hi[3]); // the same for columns 4-7
@@ -110,21 +113,173 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
         *(uint2 *)(cols + (c + j) * R + r) = make_uint2(lo[j], lo[4 + j]);
         *(uint2 *)(cols + (c + 4 + j) * R + r) = make_uint2(hi[j], hi[4 + j]);
     }
+    return m;
 }
 
-// The FP8 copies of the bf16 src (R,K) row-major with one scale: rows (R,K) and cols (its
-// transpose), each where not NULL; *inv their dequantizing scale, *amax a zeroed fp32 scratch
-static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, float *inv, unsigned *amax, const void *src,
+// fp8(src s) of src (R,K) bf16, R and K multiples of 8, 16-byte aligned, into rows (R,K) and
+// cols (K,R) (its transpose), each where not NULL, with s = *scale (delayed scaling), or from
+// *amax (then *inv = 1/s); *record (when not NULL) raised to the largest |src| (fp32 bits).
+// A thread converts an 8x8 block: the 4 threads of a warp along the columns read 64 contiguous
+// bytes a row and write 32 to rows, the 8 along the rows write 64 contiguous bytes a cols row,
+// so no sector is part-used and no shared memory is needed.
+__global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src, int64_t R,
+                                int64_t K, bool e5m2, const unsigned *amax, const float *scale, unsigned *record) {
+    __shared__ float warps[FP8_THREADS / 32];
+    float s = scale ? *scale : (e5m2 ? FP8_E5M2_MAX : FP8_E4M3_MAX) / fmaxf(__uint_as_float(*amax), 1e-12f);
+    if (!scale && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
+    int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
+    int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
+    float m = r < R && c < K ? quantize_block(rows, cols, src, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3) : 0.0f;
+    if (!record) return; // the same for the whole grid
+    m = warp_max(m);
+    if (lane == 0) warps[warp] = m;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < FP8_THREADS / 32; w++) m = fmaxf(m, warps[w]);
+    atomicMax(record, __float_as_uint(m));
+}
+
+// ---- delayed scaling's slots ----
+enum { SLOT_NEW, SLOT_SEEN, SLOT_READY }; // host: never cast; cast since its first roll only; has a history
+
+typedef struct { // a slot's scale (16 bytes: cuBLASLt's FP8 kernels take inv only 16-byte aligned)
+    float inv, scale, pad[2];
+} fp8_scale;
+
+struct cuda_fp8_slots {
+    int64_t n;        // slots: FP8_ROLES a site
+    int history;      // H: rolls a ring holds
+    fp8_scale *scale; // device (n)
+    float *amax;      // device (n): since the last roll (raised through its bits: >= 0, so they order as floats)
+    float *ring;      // device (n, H): the last H rolls' amaxes, 0 where none yet
+    int *pos;         // device: the ring column the next roll writes
+    uint8_t *state;   // host (n)
+};
+
+static void *slots_alloc(loom_cuda *cu, size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cu->stream));
+    cuda_account(cu, (long long)bytes);
+    return p;
+}
+
+static void slots_release(loom_cuda *cu, cuda_fp8_slots *f) {
+    CUDA_CHECK(cudaFree(f->scale));
+    CUDA_CHECK(cudaFree(f->amax));
+    CUDA_CHECK(cudaFree(f->ring));
+    CUDA_CHECK(cudaFree(f->pos));
+    cuda_account(cu, -(long long)((sizeof(fp8_scale) + sizeof(float) * (1 + f->history)) * f->n + sizeof(int)));
+    free(f->state);
+    free(f);
+}
+
+// Room for n slots at least (fresh ones zero, their rings empty). Moving them after a graph was
+// recorded makes it record again, as the scratch does.
+static cuda_fp8_slots *slots_reserve(loom_cuda *cu, int64_t n) {
+    cuda_fp8_slots *old = cu->fp8;
+    int H = cu->base.fp8_history;
+    if (old) LOOM_CHECK(old->history == H); // fp8_history is set once, before the first cast
+    if (old && old->n >= n) return old;
+    cuda_fp8_slots *f = (cuda_fp8_slots *)loom_xcalloc(1, sizeof *f);
+    f->n = old && 2 * old->n > n ? 2 * old->n : (n + 63) / 64 * 64, f->history = H;
+    f->scale = (fp8_scale *)slots_alloc(cu, sizeof(fp8_scale) * f->n);
+    f->amax = (float *)slots_alloc(cu, sizeof(float) * f->n);
+    f->ring = (float *)slots_alloc(cu, sizeof(float) * H * f->n);
+    f->pos = (int *)slots_alloc(cu, sizeof(int));
+    f->state = (uint8_t *)loom_xcalloc((size_t)f->n, 1);
+    if (old) {
+        cudaStream_t st = cu->stream;
+        CUDA_CHECK(cudaMemcpyAsync(f->scale, old->scale, sizeof(fp8_scale) * old->n, cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(f->amax, old->amax, sizeof(float) * old->n, cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(f->ring, old->ring, sizeof(float) * H * old->n, cudaMemcpyDeviceToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(f->pos, old->pos, sizeof(int), cudaMemcpyDeviceToDevice, st));
+        memcpy(f->state, old->state, (size_t)old->n);
+        CUDA_CHECK(cudaStreamSynchronize(st)); // ops issued before may still use the old ones
+        slots_release(cu, old);
+    }
+    cu->fp8 = f;
+    cu->scratch_moves++;
+    return f;
+}
+
+void cuda_fp8_free(loom_cuda *cu) {
+    if (cu->fp8) slots_release(cu, cu->fp8);
+    cu->fp8 = NULL;
+}
+
+// How a cast scales: by *scale (delayed; inv holds 1/s) or by its current amax (scale NULL: the
+// amax pass first, inv written), and the slot amax it raises (NULL: none)
+typedef struct {
+    const float *scale;
+    float *inv;
+    unsigned *record;
+} fp8_cast;
+
+// The cast of operand `role` of the current site (delayed scaling), else by the current amax
+// with its 1/s into `inv`
+static fp8_cast cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
+    int site = cu->base.fp8_site;
+    if (cu->base.fp8_history <= 0 || site < 0) return fp8_cast{NULL, inv, NULL};
+    // the site's three slots at once: a product's two casts never move each other's
+    cuda_fp8_slots *f = slots_reserve(cu, ((int64_t)site + 1) * CUDA_FP8_ROLES);
+    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
+    unsigned *record = (unsigned *)(f->amax + i);
+    if (f->state[i] == SLOT_READY) return fp8_cast{&f->scale[i].scale, &f->scale[i].inv, record};
+    f->state[i] = SLOT_SEEN;
+    return fp8_cast{NULL, inv, record};
+}
+
+// One block: slot s's amax into column *pos of its ring (a non-finite amax as 0) and zeroed, its
+// scale from the ring's max (E5M2 for output gradients); then *pos moves on.
+__global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos, int64_t n, int H) {
+    int p = *pos;
+    for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
+        float a = amax[s], m = 0.0f, *r = ring + s * H;
+        r[p] = isfinite(a) ? a : 0.0f;
+        amax[s] = 0.0f;
+        for (int j = 0; j < H; j++) m = fmaxf(m, r[j]);
+        float sc = (s % CUDA_FP8_ROLES == CUDA_FP8_GRAD ? FP8_E5M2_MAX : FP8_E4M3_MAX) / fmaxf(m, 1e-12f);
+        scale[s].scale = sc, scale[s].inv = 1.0f / sc;
+    }
+    __syncthreads(); // every thread has read *pos
+    if (threadIdx.x == 0) *pos = (p + 1) % H;
+}
+
+extern "C" void cuda_fp8_roll(loom_backend *be) {
+    loom_cuda *cu = cuda_of(be);
+    cuda_fp8_slots *f = cu->fp8;
+    if (!f) return;
+    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, f->history);
+    CUDA_LAUNCH_CHECK();
+    for (int64_t i = 0; i < f->n; i++)
+        if (f->state[i] == SLOT_SEEN) f->state[i] = SLOT_READY;
+}
+
+extern "C" float *cuda_fp8_amax(loom_backend *be, size_t *n) {
+    cuda_fp8_slots *f = cuda_of(be)->fp8;
+    *n = f ? (size_t)f->n : 0;
+    return f ? f->amax : NULL;
+}
+
+// ---- the casts and the products ----
+// The FP8 copies of the bf16 src (R,K) row-major as cast c says: rows (R,K) and cols (its
+// transpose), each where not NULL; *amax a zeroed fp32 scratch for the current amax
+static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, unsigned *amax, const void *src,
                      int64_t R, int64_t K, bool e5m2) {
     LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // 16-byte reads, whole 8x8 blocks
     LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535);              // gridDim.y
-    unsigned blocks = cuda_blocks(R * K / 8, 256);
-    amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, 256, 0, cu->stream>>>(
-        (const __nv_bfloat16 *)src, R * K, amax);
-    CUDA_LAUNCH_CHECK();
+    if (!c.scale) {
+        unsigned blocks = cuda_blocks(R * K / 8, 256);
+        amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, 256, 0, cu->stream>>>(
+            (const __nv_bfloat16 *)src, R * K, amax);
+        CUDA_LAUNCH_CHECK();
+    }
     dim3 grid((unsigned)((R + FP8_TILE_R - 1) / FP8_TILE_R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
-    quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, inv, (const __nv_bfloat16 *)src, R, K, e5m2,
-                                                          amax);
+    quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src, R, K, e5m2,
+                                                          amax, c.scale, c.record);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -138,9 +293,9 @@ static bool fp8_fits(const loom_cuda *cu, const cuda_gemm *g) {
     return cu->base.dtype == LOOM_BF16 && g->m % 16 == 0 && g->n % 16 == 0 && g->k % 16 == 0 && dense && aligned;
 }
 
-// A (m,k) of g as its FP8 copy: the bf16 A is (m,k) row-major with transa, else (k,m)
-static void quantize_a(loom_cuda *cu, const cuda_gemm *g, uint8_t *a8, float *inv, unsigned *amax) {
-    quantize(cu, g->transa ? a8 : NULL, g->transa ? NULL : a8, inv, amax, g->a, g->transa ? g->m : g->k,
+// A (m,k) of g as its FP8 copy (E4M3): the bf16 A is (m,k) row-major with transa, else (k,m)
+static void quantize_a(loom_cuda *cu, const cuda_gemm *g, uint8_t *a8, fp8_cast c, unsigned *amax) {
+    quantize(cu, g->transa ? a8 : NULL, g->transa ? NULL : a8, c, amax, g->a, g->transa ? g->m : g->k,
              g->transa ? g->k : g->m, false);
 }
 
@@ -167,17 +322,19 @@ static fp8_head fp8_head_of(loom_cuda *cu, char *base) {
     return fp8_head{(unsigned *)base, {(float *)(base + 64), (float *)(base + 128), (float *)(base + 192)}};
 }
 
-cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
+cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
     if (!fp8_fits(cu, g)) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t a_bytes = round_up_256((size_t)(g->m * g->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + a_bytes + round_up_256((size_t)(g->n * g->k)));
     fp8_head h = fp8_head_of(cu, base);
     uint8_t *a8 = (uint8_t *)base + FP8_HEAD, *b8 = a8 + a_bytes;
-    quantize_a(cu, g, a8, h.inv[0], &h.amax[0]);
+    fp8_cast ca = cast_of(cu, role_a, h.inv[0]), cb = cast_of(cu, role_b, h.inv[1]);
+    bool b_grad = role_b == CUDA_FP8_GRAD;
+    quantize_a(cu, g, a8, ca, &h.amax[0]);
     // B (n,k): the bf16 B is (k,n) row-major with transb, else (n,k)
-    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, h.inv[1], &h.amax[1], g->b, g->transb ? g->k : g->n,
+    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, cb, &h.amax[1], g->b, g->transb ? g->k : g->n,
              g->transb ? g->n : g->k, b_grad);
-    return fp8_run(cu, g, a8, h.inv[0], b8, h.inv[1], b_grad);
+    return fp8_run(cu, g, a8, ca.inv, b8, cb.inv, b_grad);
 }
 
 void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, cublasStatus_t *si,
@@ -191,9 +348,11 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes);
     fp8_head h = fp8_head_of(cu, base);
     uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
-    quantize(cu, rows, cols, h.inv[0], &h.amax[0], gi->b, N, OC, true); // one amax, one read of dout
-    quantize_a(cu, gi, a8, h.inv[1], &h.amax[1]);
-    *si = fp8_run(cu, gi, a8, h.inv[1], rows, h.inv[0], true);
-    quantize_a(cu, gw, a8, h.inv[2], &h.amax[2]); // a8 again: in stream order after gi's product
-    *sw = fp8_run(cu, gw, a8, h.inv[2], cols, h.inv[0], true);
+    fp8_cast cd = cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
+    fp8_cast cx = cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
+    quantize(cu, rows, cols, cd, &h.amax[0], gi->b, N, OC, true); // one amax, one read of dout
+    quantize_a(cu, gi, a8, cw, &h.amax[1]);
+    *si = fp8_run(cu, gi, a8, cw.inv, rows, cd.inv, true);
+    quantize_a(cu, gw, a8, cx, &h.amax[2]); // a8 again: in stream order after gi's product
+    *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
 }

@@ -140,15 +140,15 @@ static cuda_gemm dense_gemm(const void *a, const void *b, void *d, int64_t m, in
     return g;
 }
 
-// g in FP8 while the backend's fp8 is set and g suits FP8 (fp8.cu), else as given; b_grad: B
-// holds output gradients
-static cublasStatus_t product(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
-    if (cu->base.fp8 && cuda_fp8_gemm_run(cu, g, b_grad) == CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_SUCCESS;
+// g in FP8 while the backend's fp8 is set and g suits FP8 (fp8.cu), else as given; a and b: the
+// layer's operands that A and B are
+static cublasStatus_t product(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role a, cuda_fp8_role b) {
+    if (cu->base.fp8 && cuda_fp8_gemm_run(cu, g, a, b) == CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_SUCCESS;
     return cuda_gemm_run(cu, g);
 }
 
-static void must_product(loom_cuda *cu, const cuda_gemm *g, bool b_grad) {
-    cublasStatus_t st = product(cu, g, b_grad);
+static void must_product(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role a, cuda_fp8_role b) {
+    cublasStatus_t st = product(cu, g, a, b);
     if (st == CUBLAS_STATUS_SUCCESS) return;
     fprintf(stderr, "loom: cuBLASLt has no algorithm for a %lldx%lldx%lld %s matmul: %s\n",
             (long long)g->m, (long long)g->n, (long long)g->k, loom_dtype_name(cu->base.dtype),
@@ -173,11 +173,11 @@ extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tens
     cuda_gemm g = dense_gemm(w.data, inp.data, out.data, OC, N, C, true, false, 0.0f);
     g.epilogue = bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = bias.data;
-    if (product(cu, &g, false) == CUBLAS_STATUS_SUCCESS) return;
+    if (product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
     LOOM_CHECK(bias.data); // no algorithm even without an epilogue
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = NULL;
-    must_product(cu, &g, false);
+    must_product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
     add_bias_kernel<<<cuda_blocks(N * OC, 256), 256, 0, cu->stream>>>(out.data, bias.data, N, OC, bf);
     CUDA_LAUNCH_CHECK();
 }
@@ -194,7 +194,7 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
         g.epilogue = bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
         g.bias = bias.data, g.aux = pre.data;
         if (!bias.data || (cuda_act(be, bias) == bf && loom_numel(&bias) == OC))
-            if (product(cu, &g, false) == CUBLAS_STATUS_SUCCESS) return;
+            if (product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
     }
     cuda_matmul_forward(be, pre, inp, w, bias); // checks the shapes
     cuda_gelu_forward(be, out, pre);
@@ -225,14 +225,14 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
         g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
         g.aux = NULL;
     }
-    must_product(cu, &g, true);
+    must_product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD);
     if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
 }
 
 // The dw product gw (unless done: it ran already), then dbias (OC) += column sums of dout when
 // dbias.data
 static void matmul_dw(loom_backend *be, const cuda_gemm *gw, bool done, loom_tensor dbias, loom_tensor dout) {
-    if (!done) must_product(cuda_of(be), gw, true);
+    if (!done) must_product(cuda_of(be), gw, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
     if (!dbias.data) return;
     bool bf = cuda_act(be, dout);
     LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == loom_cols(&dout));
