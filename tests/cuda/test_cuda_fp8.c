@@ -8,7 +8,9 @@
 // own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it than to the
 // unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a dim that is not a multiple of 16 take the bf16
 // path and must match the unrounded reference, as must dinp with the GELU backward folded in (the
-// DGELU product stays in bf16: matmul.cu). Exit 77 (skipped) without a CUDA device.
+// DGELU product stays in bf16: matmul.cu). Delayed scaling (fp8_history, test_delayed): seven steps
+// of a layer's three products against references rounded with the scales of a host model of its
+// slots' amax histories, and the slots' recorded amaxes exact. Exit 77 (skipped) without a CUDA device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2
