@@ -187,9 +187,10 @@ typedef enum { CUDA_FP8_INPUT, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD, CUDA_FP8_ROLES } 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b);
 // A linear layer's two gradient products from FP8 copies, dout (N,OC) cast once for both: gi the
 // dinp product (B = dout as it is), gw the dw product (B = dout transposed), as matmul.cu builds
-// them. *si and *sw: each product's status as cuda_fp8_gemm_run's (NOT_SUPPORTED for both, running
-// nothing, when either does not suit FP8).
-void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, cublasStatus_t *si,
+// them; dbias (OC) bf16 += the column sums of dout when not NULL and gw ran (summed in the cast's
+// one read of dout, in a fixed order). *si and *sw: each product's status as cuda_fp8_gemm_run's
+// (NOT_SUPPORTED for both, running nothing, when either does not suit FP8).
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
                        cublasStatus_t *sw);
 // Frees delayed scaling's slots (at destroy).
 void cuda_fp8_free(loom_cuda *cu);

@@ -79,10 +79,10 @@ __device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t 
 }
 
 // The 8x8 block at (r, c) of src (R,K) times s into rows (R,K) and cols (K,R), each where not
-// NULL; returns its largest |x| (NaN ignored). The thread's 8 row loads are in flight at once;
-// cols takes the block transposed in registers.
-__device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, const __nv_bfloat16 *src, int64_t r,
-                                                int64_t c, int64_t R, int64_t K, float s,
+// NULL; returns its largest |x| (NaN ignored), and its 8 column sums in cs (rows in order). The
+// thread's 8 row loads are in flight at once; cols takes the block transposed in registers.
+__device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, float *cs, const __nv_bfloat16 *src,
+                                                int64_t r, int64_t c, int64_t R, int64_t K, float s,
                                                 __nv_fp8_interpretation_t fmt) {
     uint4 v[FP8_VEC];
 #pragma unroll
@@ -98,6 +98,7 @@ __device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, co
             float2 f = __bfloat1622float2(h[e]);
             x[2 * e] = f.x, x[2 * e + 1] = f.y;
             m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+            cs[2 * e] += f.x, cs[2 * e + 1] += f.y;
         }
         uint2 q = fp8_pack(x, s, fmt);
         lo[k] = q.x, hi[k] = q.y;
@@ -118,21 +119,41 @@ __device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, co
 
 // fp8(src s) of src (R,K) bf16, R and K multiples of 8, 16-byte aligned, into rows (R,K) and
 // cols (K,R) (its transpose), each where not NULL, with s = *scale (delayed scaling), or from
-// *amax (then *inv = 1/s); *record (when not NULL) raised to the largest |src| (fp32 bits).
+// *amax (then *inv = 1/s); *record (when not NULL) raised to the largest |src| (fp32 bits);
+// colpart (when not NULL; (gridDim.x, K) fp32) the column sums of the block's FP8_TILE_R rows,
+// added in a fixed order (a thread's rows in order, then its warp's lanes by a butterfly, then
+// the warps along the rows in order).
 // A thread converts an 8x8 block: the 4 threads of a warp along the columns read 64 contiguous
 // bytes a row and write 32 to rows, the 8 along the rows write 64 contiguous bytes a cols row,
-// so no sector is part-used and no shared memory is needed.
+// so no sector is part-used and no shared memory is needed for the copies.
 __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src, int64_t R,
-                                int64_t K, bool e5m2, const unsigned *amax, const float *scale, unsigned *record) {
-    __shared__ float warps[FP8_THREADS / 32];
+                                int64_t K, bool e5m2, const unsigned *amax, const float *scale, unsigned *record,
+                                float *colpart) {
+    constexpr int RW = FP8_THREADS / 32 / FP8_WARP_COLS; // warps along a block's rows
+    __shared__ float warps[FP8_THREADS / 32], sums[RW][FP8_TILE_C];
     float s = scale ? *scale : (e5m2 ? FP8_E5M2_MAX : FP8_E4M3_MAX) / fmaxf(__uint_as_float(*amax), 1e-12f);
     if (!scale && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
     int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
     int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
-    float m = r < R && c < K ? quantize_block(rows, cols, src, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3) : 0.0f;
-    if (!record) return; // the same for the whole grid
+    float cs[FP8_VEC] = {};
+    float m = r < R && c < K ? quantize_block(rows, cols, cs, src, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3) : 0.0f;
+    if (colpart) { // the same for the whole grid, as record
+#pragma unroll
+        for (int j = 0; j < FP8_VEC; j++)
+            for (int o = XS; o < 32; o <<= 1) cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], o); // the lanes along the rows
+        if (lane < XS)
+            for (int j = 0; j < FP8_VEC; j++) sums[warp / FP8_WARP_COLS][warp % FP8_WARP_COLS * FP8_WARP_C + lane * FP8_VEC + j] = cs[j];
+        __syncthreads();
+        int64_t col = (int64_t)blockIdx.y * FP8_TILE_C + threadIdx.x;
+        if (threadIdx.x < FP8_TILE_C && col < K) {
+            float t = 0.0f;
+            for (int w = 0; w < RW; w++) t += sums[w][threadIdx.x];
+            colpart[blockIdx.x * K + col] = t;
+        }
+    }
+    if (!record) return;
     m = warp_max(m);
     if (lane == 0) warps[warp] = m;
     __syncthreads();
@@ -266,9 +287,11 @@ extern "C" float *cuda_fp8_amax(loom_backend *be, size_t *n) {
 
 // ---- the casts and the products ----
 // The FP8 copies of the bf16 src (R,K) row-major as cast c says: rows (R,K) and cols (its
-// transpose), each where not NULL; *amax a zeroed fp32 scratch for the current amax
+// transpose), each where not NULL; *amax a zeroed fp32 scratch for the current amax; colpart
+// (when not NULL) src's column sums over each FP8_TILE_R rows, (quantize_chunks(R), K) fp32
+static int64_t quantize_chunks(int64_t R) { return (R + FP8_TILE_R - 1) / FP8_TILE_R; }
 static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, unsigned *amax, const void *src,
-                     int64_t R, int64_t K, bool e5m2) {
+                     int64_t R, int64_t K, bool e5m2, float *colpart = NULL) {
     LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // 16-byte reads, whole 8x8 blocks
     LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535);              // gridDim.y
     if (!c.scale) {
@@ -277,9 +300,9 @@ static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, un
             (const __nv_bfloat16 *)src, R * K, amax);
         CUDA_LAUNCH_CHECK();
     }
-    dim3 grid((unsigned)((R + FP8_TILE_R - 1) / FP8_TILE_R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
+    dim3 grid((unsigned)quantize_chunks(R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
     quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src, R, K, e5m2,
-                                                          amax, c.scale, c.record);
+                                                          amax, c.scale, c.record, colpart);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -337,22 +360,24 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     return fp8_run(cu, g, a8, ca.inv, b8, cb.inv, b_grad);
 }
 
-void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, cublasStatus_t *si,
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
                        cublasStatus_t *sw) {
     *si = *sw = CUBLAS_STATUS_NOT_SUPPORTED;
     int64_t N = gi->n, OC = gi->k; // dout (N,OC): gi's B as it is, gw's B transposed
     LOOM_CHECK(gi->b == gw->b && !gi->transb && gw->transb && gw->k == N && gw->n == OC);
     if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw)) return;
-    size_t d_bytes = round_up_256((size_t)(N * OC));
+    size_t d_bytes = round_up_256((size_t)(N * OC)), p_bytes = dbias ? quantize_chunks(N) * OC * sizeof(float) : 0;
     size_t a_bytes = round_up_256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
-    char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes);
+    char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes + p_bytes);
     fp8_head h = fp8_head_of(cu, base);
     uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
+    float *colpart = dbias ? (float *)(a8 + a_bytes) : NULL;
     fp8_cast cd = cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
     fp8_cast cx = cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
-    quantize(cu, rows, cols, cd, &h.amax[0], gi->b, N, OC, true); // one amax, one read of dout
+    quantize(cu, rows, cols, cd, &h.amax[0], gi->b, N, OC, true, colpart); // one amax, one read of dout
     quantize_a(cu, gi, a8, cw, &h.amax[1]);
     *si = fp8_run(cu, gi, a8, cw.inv, rows, cd.inv, true);
     quantize_a(cu, gw, a8, cx, &h.amax[2]); // a8 again: in stream order after gi's product
     *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
+    if (dbias && *sw == CUBLAS_STATUS_SUCCESS) cuda_add_partials(cu, dbias, true, colpart, false, quantize_chunks(N), OC, OC);
 }

@@ -229,35 +229,35 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
     if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
 }
 
-// The dw product gw (unless done: it ran already), then dbias (OC) += column sums of dout when
-// dbias.data
+// The dw product gw (unless done: it ran, and dbias with it), then dbias (OC) += column sums of
+// dout when dbias.data
 static void matmul_dw(loom_backend *be, const cuda_gemm *gw, bool done, loom_tensor dbias, loom_tensor dout) {
-    if (!done) must_product(cuda_of(be), gw, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
-    if (!dbias.data) return;
-    bool bf = cuda_act(be, dout);
-    LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == loom_cols(&dout));
-    cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), bf);
+    if (done) return;
+    must_product(cuda_of(be), gw, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
+    if (dbias.data)
+        cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), cuda_act(be, dout));
 }
 
-static void check_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dout, loom_tensor inp,
-                           loom_tensor w) {
+static void check_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias, loom_tensor dout,
+                           loom_tensor inp, loom_tensor w) {
     bool bf = cuda_act(be, inp);
     int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
     LOOM_CHECK(N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && cuda_act(be, dout) == bf);
     LOOM_CHECK(loom_cols(&w) == C && loom_rows(&dout) == N && loom_cols(&dout) == OC);
     if (dinp.data) LOOM_CHECK(cuda_act(be, dinp) == bf && loom_rows(&dinp) == N && loom_cols(&dinp) == C);
     if (dw.data) LOOM_CHECK(cuda_act(be, dw) == bf && loom_rows(&dw) == OC && loom_cols(&dw) == C);
+    if (dbias.data) LOOM_CHECK(cuda_act(be, dbias) == bf && loom_numel(&dbias) == OC);
 }
 
-// Under precision fp8 with both products, dout is cast once for the two (cuda_fp8_backward); a
-// product that did not run there runs on its own.
+// Under precision fp8 with both products, dout is cast once for the two, and dbias summed as it
+// is read (cuda_fp8_backward); a product that did not run there runs on its own.
 extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
                                      loom_tensor dbias, loom_tensor dout, loom_tensor inp,
                                      loom_tensor w) {
-    check_backward(be, dinp, dw, dout, inp, w);
+    check_backward(be, dinp, dw, dbias, dout, inp, w);
     cublasStatus_t si = CUBLAS_STATUS_NOT_SUPPORTED, sw = CUBLAS_STATUS_NOT_SUPPORTED;
     cuda_gemm gi = dinp_gemm(dinp, dout, w), gw = dw_gemm(dw, dout, inp);
-    if (be->fp8 && dinp.data && dw.data) cuda_fp8_backward(cuda_of(be), &gi, &gw, &si, &sw);
+    if (be->fp8 && dinp.data && dw.data) cuda_fp8_backward(cuda_of(be), &gi, &gw, dbias.data, &si, &sw);
     if (dinp.data && si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dinp, dout, w, loom_tensor{});
     if (dw.data) matmul_dw(be, &gw, sw == CUBLAS_STATUS_SUCCESS, dbias, dout);
 }
@@ -265,7 +265,7 @@ extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_te
 extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw,
                                           loom_tensor dbias, loom_tensor dout, loom_tensor inp,
                                           loom_tensor w, loom_tensor pre) {
-    check_backward(be, dinp, dw, dout, inp, w);
+    check_backward(be, dinp, dw, dbias, dout, inp, w);
     LOOM_CHECK(dinp.data && cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
     matmul_dinp(be, dinp, dout, w, pre);
     if (!dw.data) return;
