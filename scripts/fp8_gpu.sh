@@ -6,7 +6,9 @@
 #      to bf16 are counted
 #   2. the same mathematics with --cuda-graphs: gpt2-mini (fixture shard, B=4 T=64, 2 micro-batches
 #      a step) 20 steps in fp8 with and without graphs, each recipe: every loss and the model
-#      bit-identical
+#      bit-identical; delayed scaling's histories in the checkpoint: a delayed run killed after
+#      step 14 and resumed from step 10 ends bit-identical to the whole run, and resuming it with
+#      another --fp8-history is refused
 #   3. the loss curve: gpt2 on the Brown shards, B=16 T=1024, FP8_STEPS (1000) steps in bf16 and in
 #      fp8 with each recipe: the validation losses side by side and each recipe's last relative
 #      difference (mark: 1%)
@@ -41,6 +43,23 @@ for r in "${RECIPES[@]}"; do
         row "fp8 $r: --cuda-graphs vs launches (gpt2-mini)" "FAIL: the losses or the model differ"
     fi
 done
+
+# delayed scaling's histories in the checkpoint: a run killed after step 14 and resumed from its
+# checkpoint of step 10 ends as the whole run does (model, state file, losses of steps 11-20)
+RES=("${ARGS[@]}" --fp8-recipe delayed --ckpt-every 10)
+ran "fp8 delayed, whole" "$WORK/res_full.log" "$LOOM" train "${RES[@]}" --ckpt-dir "$WORK/full" --metrics "$WORK/full.jsonl"
+LOOM_FAULT=step:14 "$LOOM" train "${RES[@]}" --ckpt-dir "$WORK/cut" --metrics "$WORK/cut.jsonl" >"$WORK/res_cut.log" 2>&1
+ran "fp8 delayed, resumed" "$WORK/res_resume.log" "$LOOM" train "${RES[@]}" --ckpt-dir "$WORK/cut" --metrics "$WORK/cut.jsonl" --resume
+if grep -q "from step 10" "$WORK/res_resume.log" && cmp -s "$WORK/full/model_00000020.bin" "$WORK/cut/model_00000020.bin" &&
+    cmp -s "$WORK/full/state_00000020_00000.bin" "$WORK/cut/state_00000020_00000.bin" &&
+    [ "$(losses "$WORK/full.jsonl" | tail -10)" = "$(losses "$WORK/cut.jsonl" | tail -10)" ]; then
+    row "fp8 delayed: killed at 14, resumed from 10" "bit-identical: model, state file, losses of steps 11-20"
+else
+    failed=1
+    row "fp8 delayed: killed at 14, resumed from 10" "FAIL: $(grep -m1 -i error "$WORK/res_resume.log")"
+fi
+"$LOOM" train "${RES[@]}" --ckpt-dir "$WORK/cut" --resume --fp8-history 8 >"$WORK/res_h8.log" 2>&1
+row "fp8 delayed: resumed with --fp8-history 8" "$(grep -c "a history of 16 steps, this run's is 8" "$WORK/res_h8.log") error line(s) naming both"
 
 STEPS=${FP8_STEPS:-1000}
 if [ -f "$ROOT/data/brown/brown_train_000000.bin" ] && [ "$STEPS" -gt 0 ]; then

@@ -338,6 +338,15 @@ struct loom_backend {
     // the last roll scales from its history from now on. In order with the ops (a graph can
     // record it).
     void (*fp8_roll)(loom_backend *be);
+    // The slots' state for a checkpoint, as fp32 values (their count returned; written to out
+    // when not NULL, after waiting for the ops; 0: no slot yet): the history length, the slots,
+    // the rings' position, which slots have a history, and the rings.
+    size_t (*fp8_save)(loom_backend *be, float *out);
+    // The state fp8_save wrote (n values), restored into a backend with the same fp8_history and
+    // no slot yet: the next casts scale as the saved run's would have. Errors: LOOM_EFORMAT
+    // naming the value when it does not describe slots of this fp8_history (another history
+    // length, a count that does not add up, a flag not 0 or 1, an amax negative or not finite).
+    loom_status (*fp8_load)(loom_backend *be, const float *state, size_t n);
 
     void (*destroy)(loom_backend *be);
 };

@@ -8,11 +8,13 @@
 //   state_S_R.bin        optimizer state of rank R over its shard of the parameters (its tensor-
 //                        parallel shard, and under ZeRO 1/2 its data-parallel piece of that;
 //                        with ZeRO 0 only the ranks of data-parallel replica 0 save): header of 32
-//                        int64 (magic 20241122, version 3, rank, world size, step, elements, data
+//                        int64 (magic 20241122, version 4, rank, world size, step, elements, data
 //                        position, seed, ZeRO stage, master weights present, CRC-32 of the
-//                        payload), then the AdamW first and second moments (fp32 each) and, in
-//                        mixed precision (header[9] = 1), the fp32 master weights. Version 2
-//                        (no CRC) is read too.
+//                        payload, values of FP8 scaling state), then the AdamW first and second
+//                        moments (fp32 each), in mixed precision (header[9] = 1) the fp32 master
+//                        weights, and under FP8 delayed scaling the backend's scaling state
+//                        (header[11] fp32 values, each finite and >= 0: backend.h's fp8_save).
+//                        Versions 2 (no CRC) and 3 (no FP8 state) are read too.
 //   ckpt_S.json          metadata (format "loom-checkpoint", version 4; step, mesh, ZeRO stage,
 //                        bucket size, files, the model file's CRC-32, model config, the
 //                        parameter table's tensors with their shard specs, batch layout, seed,
@@ -31,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { LOOM_STATE_MAGIC = 20241122, LOOM_STATE_VERSION = 3, LOOM_META_VERSION = 4 };
+enum { LOOM_STATE_MAGIC = 20241122, LOOM_STATE_VERSION = 4, LOOM_META_VERSION = 4 };
 
 typedef struct {
     int64_t step;          // optimizer steps completed
@@ -59,10 +61,10 @@ void loom_ckpt_path(char *out, size_t cap, const char *dir, loom_ckpt_file kind,
 // metadata). Errors: LOOM_EIO naming the file.
 loom_status loom_ckpt_save_model(const char *dir, loom_train_state *st, const loom_gpt2_config *cfg,
                                  const float *params, int64_t n);
-// Rank `rank`'s optimizer state (n elements of m, v and master; master NULL in fp32 runs).
-// Errors: LOOM_EIO naming the file.
+// Rank `rank`'s optimizer state (n elements of m, v and master; master NULL in fp32 runs) and
+// its FP8 scaling state (fp8_n values of fp8; 0: none). Errors: LOOM_EIO naming the file.
 loom_status loom_ckpt_save_state(const char *dir, const loom_train_state *st, int rank, const float *m,
-                                 const float *v, const float *master, int64_t n);
+                                 const float *v, const float *master, int64_t n, const float *fp8, int64_t fp8_n);
 // Rank 0, after every rank saved: the metadata that completes the checkpoint, with the
 // tensors of rank 0's parameter table. Errors: LOOM_EIO.
 loom_status loom_ckpt_save_meta(const char *dir, const loom_train_state *st, const loom_gpt2_config *cfg,
@@ -81,8 +83,9 @@ loom_status loom_ckpt_load_meta(const char *dir, int64_t step, loom_train_state 
 loom_status loom_ckpt_load_model(const char *dir, const loom_train_state *st, loom_gpt2_config *cfg,
                                  float **params, int64_t *n);
 // State file `rank` of step st->step into m, v (n elements each, checked against the header)
-// and, when master is not NULL and the file has them, the master weights (*has_master says).
-// Errors: LOOM_EIO / LOOM_EFORMAT naming the file and the disagreement: header, size, checksum,
-// a value that is NaN or infinite, a negative second moment.
+// and, when master is not NULL and the file has them, the master weights (*has_master says);
+// its FP8 scaling state into *fp8 (malloc'ed, *fp8_n values; NULL and 0 when it has none) when
+// fp8 is not NULL. Errors: LOOM_EIO / LOOM_EFORMAT naming the file and the disagreement: header,
+// size, checksum, a value that is NaN or infinite, a negative second moment or scaling value.
 loom_status loom_ckpt_load_state(const char *dir, const loom_train_state *st, int rank, float *m, float *v,
-                                 float *master, bool *has_master, int64_t n);
+                                 float *master, bool *has_master, int64_t n, float **fp8, int64_t *fp8_n);

@@ -83,20 +83,25 @@ static loom_status save_model(loom_trainer *t, const char *dir, const float *fla
     return s;
 }
 
-// This rank's optimizer state (ZeRO 0: replica 0's ranks hold the state of their shard).
+// This rank's optimizer state (ZeRO 0: replica 0's ranks hold the state of their shard), and
+// its FP8 delayed scaling's histories (the same on every data-parallel rank of its shard).
 static loom_status save_state(loom_trainer *t, const char *dir) {
     if (t->cfg.zero == 0 && t->dp_rank != 0) return LOOM_OK;
     int64_t sn = loom_dp_state_elements(t->dp);
     size_t bytes = (size_t)sn * sizeof(float);
     float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
-    loom_backend *be = t->opt->state_be;
+    loom_backend *be = t->opt->state_be, *fp8_be = t->be;
     be->download(be, m, t->opt->m, bytes);
     be->download(be, v, t->opt->v, bytes);
     if (master) be->download(be, master, t->opt->master, bytes);
-    loom_status s = loom_ckpt_save_state(dir, &t->st, t->mesh->rank, m, v, master, sn);
+    size_t fn = fp8_be->fp8_history ? fp8_be->fp8_save(fp8_be, NULL) : 0;
+    float *fp8 = fn ? loom_xmalloc(fn * sizeof(float)) : NULL;
+    if (fn) fp8_be->fp8_save(fp8_be, fp8);
+    loom_status s = loom_ckpt_save_state(dir, &t->st, t->mesh->rank, m, v, master, sn, fp8, (int64_t)fn);
     free(m);
     free(v);
     free(master);
+    free(fp8);
     return s;
 }
 

@@ -173,7 +173,9 @@ static void init_master(loom_trainer *t) {
     loom_adamw_init_master(t->opt, params, n);
 }
 
-// Resume: this rank's optimizer state from checkpoint `step` (ZeRO 0: replica 0's of its shard).
+// Resume: this rank's optimizer state from checkpoint `step` (ZeRO 0: replica 0's of its shard),
+// and under FP8 delayed scaling its amax histories when the checkpoint has them (a run that
+// scales otherwise ignores them).
 static loom_status load_state(loom_trainer *t, int64_t step) {
     const loom_train_state *st = &t->st;
     int V = t->schedule ? t->schedule->V : 1, v_shape = t->schedule && t->schedule->v_shape;
@@ -191,7 +193,11 @@ static loom_status load_state(loom_trainer *t, int64_t step) {
     float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
     bool has_master;
     int file = t->cfg.zero == 0 ? loom_mesh_replica0(t->mesh) : t->mesh->rank;
-    loom_status s = loom_ckpt_load_state(t->cfg.resume, st, file, m, v, master, &has_master, sn);
+    float *fp8 = NULL;
+    int64_t fp8_n = 0;
+    loom_status s = loom_ckpt_load_state(t->cfg.resume, st, file, m, v, master, &has_master, sn, &fp8, &fp8_n);
+    if (s == LOOM_OK && fp8_n && t->be->fp8_history) s = t->be->fp8_load(t->be, fp8, (size_t)fp8_n);
+    free(fp8);
     if (s == LOOM_OK) {
         loom_backend *be = t->opt->state_be;
         be->upload(be, t->opt->m, m, bytes);

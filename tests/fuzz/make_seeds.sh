@@ -14,7 +14,7 @@ trap 'rm -rf "$W"' EXIT
 mkdir -p $C/{shard,llmc_model,ckpt_meta,ckpt_state,tokenizer_bytes,tokenizer_jsonl,flags}
 
 # ---- hand-made binaries: a shard of 200 small ids, an empty shard, tiny fp32/bf16 models,
-# optimizer states of 16 elements (fp32, and with master weights) ----
+# optimizer states of 16 elements (fp32, with master weights, and with FP8 scaling state too) ----
 python3 - "$W" "$C" <<'PY'
 import struct, sys, zlib
 w, c = sys.argv[1], sys.argv[2]
@@ -29,14 +29,17 @@ vals = [0.5 * ((i % 5) - 2) for i in range(n)]
 open(f'{c}/llmc_model/min_fp32.bin', 'wb').write(hdr(20240326, 3, 1, 1, 1, 1, 1, 1) + struct.pack(f'<{n}f', *vals))
 bf16 = [struct.unpack('<I', struct.pack('<f', v))[0] >> 16 for v in vals]
 open(f'{c}/llmc_model/min_bf16.bin', 'wb').write(hdr(20240326, 5, 1, 1, 1, 1, 1, 1) + struct.pack(f'<{n}H', *bf16))
-def state(master, version=3):  # version 3: header[10] is the CRC-32 of the payload; 2 has none
+def state(master, version=3, fp8=()):  # 3, 4: header[10] is the CRC-32 of the payload (2 has none); 4: header[11] FP8 values
     payload = b''.join(struct.pack('<16f', *[0.01 * (i + k) for i in range(16)]) for k in range(3 if master else 2))
-    crc = zlib.crc32(payload) if version == 3 else 0
-    h = struct.pack('<32q', *([20241122, version, 0, 1, 1, 16, 8, 1337, 1, int(master), crc] + [0] * 21))
+    payload += struct.pack(f'<{len(fp8)}f', *fp8)
+    crc = zlib.crc32(payload) if version >= 3 else 0
+    h = struct.pack('<32q', *([20241122, version, 0, 1, 1, 16, 8, 1337, 1, int(master), crc, len(fp8)] + [0] * 20))
     return h + payload
 open(f'{c}/ckpt_state/n16_fp32.bin', 'wb').write(state(False))
 open(f'{c}/ckpt_state/n16_master.bin', 'wb').write(state(True))
 open(f'{c}/ckpt_state/n16_version2.bin', 'wb').write(state(False, 2))
+# FP8 delayed scaling's state (backend.h's fp8_save): history 2, 3 slots, ring position 1, their flags, their rings
+open(f'{c}/ckpt_state/n16_fp8.bin', 'wb').write(state(True, 4, [2, 3, 1, 1, 0, 1, 0.5, 0.7, 0, 0, 3.1, 2.9]))
 PY
 
 # ---- made by loom: a GPT-2 shard, and a checkpoint of a tiny model (V=32, L=1, C=4) ----

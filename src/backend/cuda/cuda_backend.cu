@@ -249,6 +249,8 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .step_scalars = cuda_step_scalars,
         .fp8_amax = cuda_fp8_amax,
         .fp8_roll = cuda_fp8_roll,
+        .fp8_save = cuda_fp8_save,
+        .fp8_load = cuda_fp8_load,
         .destroy = cuda_destroy,
     };
     cuda_account(cu, (long long)cu->workspace_bytes);

@@ -244,4 +244,6 @@ double cuda_sumsq(loom_backend *be, loom_tensor x);
 void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x);
 float *cuda_fp8_amax(loom_backend *be, size_t *n);
 void cuda_fp8_roll(loom_backend *be);
+size_t cuda_fp8_save(loom_backend *be, float *out);
+loom_status cuda_fp8_load(loom_backend *be, const float *state, size_t n);
 }

@@ -253,27 +253,26 @@ static fp8_cast cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
     return fp8_cast{NULL, inv, record};
 }
 
-// One block: slot s's amax into column *pos of its ring (a non-finite amax as 0) and zeroed, its
-// scale from the ring's max (E5M2 for output gradients); then *pos moves on.
-__global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos, int64_t n, int H) {
+// One block: with push, slot s's amax into column *pos of its ring (a non-finite amax as 0) and
+// zeroed, then *pos moves on; its scale from the ring's max (E5M2 for output gradients).
+__global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos, int64_t n, int H, bool push) {
     int p = *pos;
     for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
         float a = amax[s], m = 0.0f, *r = ring + s * H;
-        r[p] = isfinite(a) ? a : 0.0f;
-        amax[s] = 0.0f;
+        if (push) r[p] = isfinite(a) ? a : 0.0f, amax[s] = 0.0f;
         for (int j = 0; j < H; j++) m = fmaxf(m, r[j]);
         float sc = (s % CUDA_FP8_ROLES == CUDA_FP8_GRAD ? FP8_E5M2_MAX : FP8_E4M3_MAX) / fmaxf(m, 1e-12f);
         scale[s].scale = sc, scale[s].inv = 1.0f / sc;
     }
     __syncthreads(); // every thread has read *pos
-    if (threadIdx.x == 0) *pos = (p + 1) % H;
+    if (push && threadIdx.x == 0) *pos = (p + 1) % H;
 }
 
 extern "C" void cuda_fp8_roll(loom_backend *be) {
     loom_cuda *cu = cuda_of(be);
     cuda_fp8_slots *f = cu->fp8;
     if (!f) return;
-    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, f->history);
+    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, f->history, true);
     CUDA_LAUNCH_CHECK();
     for (int64_t i = 0; i < f->n; i++)
         if (f->state[i] == SLOT_SEEN) f->state[i] = SLOT_READY;
@@ -283,6 +282,57 @@ extern "C" float *cuda_fp8_amax(loom_backend *be, size_t *n) {
     cuda_fp8_slots *f = cuda_of(be)->fp8;
     *n = f ? (size_t)f->n : 0;
     return f ? f->amax : NULL;
+}
+
+// The saved state: H, n, pos, then for each slot whether it has a history (1) or not (0), then
+// the rings (n, H): 3 + n (1 + H) fp32
+extern "C" size_t cuda_fp8_save(loom_backend *be, float *out) {
+    loom_cuda *cu = cuda_of(be);
+    cuda_fp8_slots *f = cu->fp8;
+    if (!f) return 0;
+    size_t total = 3 + (size_t)f->n * (1 + f->history);
+    if (!out) return total;
+    int pos;
+    CUDA_CHECK(cudaMemcpyAsync(&pos, f->pos, sizeof pos, cudaMemcpyDeviceToHost, cu->stream));
+    CUDA_CHECK(cudaMemcpyAsync(out + 3 + f->n, f->ring, sizeof(float) * f->history * f->n, cudaMemcpyDeviceToHost,
+                               cu->stream));
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream));
+    out[0] = (float)f->history, out[1] = (float)f->n, out[2] = (float)pos;
+    for (int64_t i = 0; i < f->n; i++) out[3 + i] = f->state[i] == SLOT_READY;
+    return total;
+}
+
+extern "C" loom_status cuda_fp8_load(loom_backend *be, const float *in, size_t count) {
+    loom_cuda *cu = cuda_of(be);
+    int H = be->fp8_history;
+    LOOM_CHECK(H > 0 && !cu->fp8); // a fresh run's delayed scaling, before its first cast
+    const char *hint = "resume with the --fp8-history the run was saved with, or from another checkpoint";
+    if (count < 3 || in[0] != (float)H)
+        return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: a history of %g steps, this run's is %d",
+                         count ? (double)in[0] : 0.0, H);
+    double n = in[1];
+    if (!(n >= 0 && n <= 1e9 && n == (double)(int64_t)n && (double)count == 3 + n * (1 + H)))
+        return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: %g slots do not fill its %zu values", n, count);
+    if (!(in[2] >= 0 && in[2] < H && in[2] == (float)(int)in[2]))
+        return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: ring position %g is outside [0, %d)", (double)in[2], H);
+    for (int64_t i = 0; i < (int64_t)n; i++)
+        if (in[3 + i] != 0 && in[3 + i] != 1)
+            return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: slot %lld's flag is %g, not 0 or 1", (long long)i,
+                             (double)in[3 + i]);
+    for (size_t i = 3 + (size_t)n; i < count; i++)
+        if (!(in[i] >= 0 && isfinite(in[i])))
+            return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: amax %zu is %g", i - 3 - (size_t)n, (double)in[i]);
+    if (n == 0) return LOOM_OK;
+    cuda_fp8_slots *f = slots_reserve(cu, (int64_t)n);
+    int pos = (int)in[2];
+    CUDA_CHECK(cudaMemcpyAsync(f->ring, in + 3 + (size_t)n, sizeof(float) * H * (size_t)n, cudaMemcpyHostToDevice,
+                               cu->stream));
+    CUDA_CHECK(cudaMemcpyAsync(f->pos, &pos, sizeof pos, cudaMemcpyHostToDevice, cu->stream));
+    for (int64_t i = 0; i < (int64_t)n; i++) f->state[i] = in[3 + i] == 1 ? SLOT_READY : SLOT_NEW;
+    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, H, false);
+    CUDA_LAUNCH_CHECK();
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // the host values are the caller's
+    return LOOM_OK;
 }
 
 // ---- the casts and the products ----
