@@ -327,11 +327,13 @@ struct loom_backend {
     void (*step_scalars)(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 
     // ---- FP8 delayed scaling (fp8_history above; NULL on the CPU) ----
-    // The amax of every slot over the casts since the last roll: (n) fp32 in this backend's
-    // memory, n 3 x (the highest fp8_site used + 1) rounded up, NULL with n 0 before the first
-    // slot's cast. The caller may reduce it (a max over data-parallel ranks, which then share
-    // their scales) or zero it (casts outside training) before fp8_roll; it moves only when a
-    // higher site is first used.
+    // A step begins: every slot's amax zeroed (what casts outside training raised counts for
+    // nothing). In order with the ops (a graph can record it).
+    void (*fp8_begin)(loom_backend *be);
+    // The amax of every slot over the casts since the last roll (or fp8_begin): (n) fp32 in this
+    // backend's memory, n 3 x (the highest fp8_site used + 1) rounded up, NULL with n 0 before
+    // the first slot's cast. The caller may reduce it before fp8_roll (a max over data-parallel
+    // ranks, which then share their scales); it moves only when a higher site is first used.
     float *(*fp8_amax)(loom_backend *be, size_t *n);
     // Each slot's amax into its history (a non-finite one as 0, the history's oldest dropped),
     // the amax zeroed, and the scale of each slot's casts from its history; a slot seen since

@@ -119,6 +119,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"channels", FLAG_INT, &channels, "channels C (0: the config's value)", CLI_CHANNELS_RANGE},
         {"batch", FLAG_INT, &c.batch, "micro-batch size B", CLI_BATCH_RANGE},
         {"seq", FLAG_INT, &c.seq, "sequence length T (0: the model's maximum)", CLI_SEQ_RANGE},
+        {"global-batch", FLAG_INT, &c.global_batch, "sequences per step over all data-parallel ranks (0: dp x batch); accumulation = global-batch / (dp x batch)", 0, 1 << 20},
         {"steps", FLAG_INT, &steps, "timed steps", 1, 1000000},
         {"warmup", FLAG_INT, &warmup, "untimed steps first", 0, 1000000},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, CLI_PEAK_HELP, 0, FLT_MAX},
@@ -148,9 +149,14 @@ int loom_cmd_bench(int argc, char **argv) {
     if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
     if (s == LOOM_OK && !help) s = loom_recompute_parse(recompute, &c.recompute);
     if (s == LOOM_OK && !help) s = train_offload_parse(offload, &c);
+    int per_step = c.batch * (W / c.tp); // one micro-batch on every data-parallel rank
+    if (s == LOOM_OK && !help && c.global_batch % per_step != 0)
+        s = loom_fail(LOOM_EINVAL, "make --global-batch a multiple of data-parallel ranks x --batch",
+                      "--global-batch %d is not a multiple of %d (%d data-parallel ranks x --batch %d)", c.global_batch,
+                      per_step, W / c.tp, c.batch);
     if (s == LOOM_OK && !help) {
         c.seq = c.seq ? c.seq : c.model.max_seq_len;
-        c.global_batch = c.batch * (W / c.tp);
+        c.global_batch = c.global_batch ? c.global_batch : per_step;
         s = loom_trainer_create(&t, world, &c, &report);
     }
     if (s != LOOM_OK || help) {

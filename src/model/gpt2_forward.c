@@ -100,11 +100,14 @@ static void attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dout,
 
 // Block l's weight k for a matmul op, naming its linear layer as the backend's FP8 scaling site
 // (backend.h's fp8_site): the weight's parameter index, the same in the layer's forward and
-// backward, so their casts share the layer's amax histories under delayed scaling.
+// backward, so their casts share the layer's amax histories under delayed scaling. The block
+// functions end with no site named (no_site), so a matmul op outside them takes no layer's.
 static loom_tensor linear_weight(const loom_gpt2 *m, int l, int k) {
     m->be->fp8_site = m->block_at[l] + k;
     return gpt2_param(m, l, k);
 }
+
+static void no_site(const loom_gpt2 *m) { m->be->fp8_site = -1; }
 
 // Where the partial products of a layer whose reduced rows go to `local` are summed: local
 // itself when it holds all rows, else the shared (N,C) scratch.
@@ -141,6 +144,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     be->matmul_forward(be, partial(v, out), fch_gelu, linear_weight(m, l, B_FCPROJW), gpt2_applied(m, l, B_FCPROJB));
     tp_reduce(m, out, partial(v, out));
     be->residual_forward(be, layer(&a->residual3, i), residual2, out);
+    no_site(m);
 }
 
 // Where block l's backward puts the gradients of its matmuls' outputs: the shared scratch when
@@ -177,6 +181,7 @@ static void block_weights(loom_gpt2 *m, const gpt2_views *v, int l, block_douts 
                         layer(&a->atty, i), linear_weight(m, l, B_ATTPROJW));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_QKVW), gpt2_grad(m, l, B_QKVB), d.qkv, layer(&a->ln1, i),
                         linear_weight(m, l, B_QKVW));
+    no_site(m);
 }
 
 // Block l's backward from v->dres = d(loss)/d(block output) to d(loss)/d(block input) in v->dres,
@@ -214,6 +219,7 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));
+    no_site(m);
 }
 
 // The embedding (the first chunk of the first stage; else the chunk's input is copied in), the

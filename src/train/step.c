@@ -60,10 +60,7 @@ static loom_status pipeline_sync(loom_trainer *t) {
 }
 
 void loom_train_fp8_begin(loom_trainer *t) {
-    loom_backend *be = t->be;
-    size_t n;
-    float *amax = be->fp8_history ? be->fp8_amax(be, &n) : NULL;
-    if (amax) be->zero(be, amax, n * sizeof(float));
+    if (t->be->fp8_history) t->be->fp8_begin(t->be);
 }
 
 loom_status loom_train_fp8_end(loom_trainer *t) {

@@ -163,24 +163,26 @@ static void slot_roll(host_slot *s) {
     s->ready = s->ready || s->seen;
 }
 
-// out (N,OC) = x_k w^T, dinp = dout_k w, dw = dout_k^T x_k over steps k with x_k = c_k x and
-// dout_k = c_k dout, a roll after each, against the references rounded with the scales of the
-// host model (`want`) and with each tensor's own (`own`). Step 0 scales by the current amaxes;
-// from step 1 on the scales come from the rings: no c_k is a power of 2 times the ring's max (so
-// the two roundings differ and the product must be 4 times closer to `want`), step 2's inputs
-// exceed their rings (the cast saturates), and step 6's scale comes from after step 2's amax
-// left the ring. Before each roll the device's slot amaxes must equal the host's (exact: maxima
-// of the same bf16 values).
+// out (N,OC) = x_k w_k^T, dinp = dout_k w_k, dw = dout_k^T x_k over steps k with x_k = c_k x,
+// dout_k = c_k dout and w_k = e_k w, each step between fp8_begin and fp8_roll, against the
+// references rounded with the scales of the host model (`want`) and with each tensor's own
+// (`own`). Step 0 scales by the current amaxes; from step 1 on the scales come from the rings: no
+// c_k is a power of 2 times the ring's max (so the two roundings differ and the product must be 4
+// times closer to `want`), step 2's inputs exceed their rings (the cast saturates), and step 6's
+// scale comes from after step 2's amax left the ring. The weight changes every step, and its
+// slot's history follows it.
+// Before each roll the device's slot amaxes must equal the host's (exact: maxima of the same
+// bf16 values).
 static void test_delayed(int N, int C, int OC) {
-    static const float c[] = {1.0f, 0.3f, 1.7f, 0.45f, 0.7f, 0.4f, 0.4f};
+    static const float c[] = {1.0f, 0.3f, 1.7f, 0.45f, 0.7f, 0.4f, 0.4f}, e[] = {1.0f, 0.6f, 1.3f, 0.8f, 1.1f, 0.5f, 0.9f};
     static const char *const what[3][2] = {{"fp8 delayed: out (first step: current amax)", "fp8 delayed: out (from the history)"},
                                            {"fp8 delayed: dinp (first step)", "fp8 delayed: dinp (from the history)"},
                                            {"fp8 delayed: dw (first step)", "fp8 delayed: dw (from the history)"}};
     shape s = {N, 1, C, 1};
-    buf x0 = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt), d0 = b_randn((size_t)N * OC, 1, dt);
+    buf x0 = b_randn((size_t)N * C, 1, dt), w0 = b_randn((size_t)OC * C, 0.2f, dt), d0 = b_randn((size_t)N * OC, 1, dt);
     buf out = b_nans((size_t)N * OC, dt), dinp = b_nans((size_t)N * C, dt);
-    float *xk = loom_xmalloc(x0.n * 4), *dk = loom_xmalloc(d0.n * 4), *zeros = calloc(w.n, 4);
-    size_t rn[3] = {out.n, dinp.n, w.n};
+    float *xk = loom_xmalloc(x0.n * 4), *dk = loom_xmalloc(d0.n * 4), *wk = loom_xmalloc(w0.n * 4), *zeros = calloc(w0.n, 4);
+    size_t rn[3] = {out.n, dinp.n, w0.n};
     float *ref[3][3]; // [the host model's scales, each tensor's own, unrounded][out, dinp, dw]
     for (int v = 0; v < 3; v++)
         for (int j = 0; j < 3; j++) ref[v][j] = loom_xmalloc(rn[j] * 4);
@@ -190,7 +192,8 @@ static void test_delayed(int N, int C, int OC) {
     for (int k = 0; k < (int)(sizeof c / sizeof *c); k++) {
         for (size_t i = 0; i < x0.n; i++) xk[i] = c[k] * x0.h[i];
         for (size_t i = 0; i < d0.n; i++) dk[i] = c[k] * d0.h[i];
-        buf x = b_from(xk, x0.n, dt), d = b_from(dk, d0.n, dt), dw = b_from(zeros, w.n, dt);
+        for (size_t i = 0; i < w0.n; i++) wk[i] = e[k] * w0.h[i];
+        buf x = b_from(xk, x0.n, dt), d = b_from(dk, d0.n, dt), w = b_from(wk, w0.n, dt), dw = b_from(zeros, w0.n, dt);
         float *ops[3] = {x.h, w.h, d.h}, *q[3][3];
         size_t ns[3] = {x.n, w.n, d.n};
         for (int r = 0; r < 3; r++) {
@@ -205,6 +208,7 @@ static void test_delayed(int N, int C, int OC) {
             cpu->matmul_backward(cpu, LOOM_VIEW(ref[v][1], F32, N, C), LOOM_VIEW(ref[v][2], F32, OC, C), none,
                                  LOOM_VIEW(q[v][GR], F32, N, OC), xv, wv);
         }
+        gpu->fp8_begin(gpu);
         gpu->matmul_forward(gpu, DV(out, N, OC), DV(x, N, C), DV(w, OC, C), none);
         gpu->matmul_backward(gpu, DV(dinp, N, C), DV(dw, OC, C), none, DV(d, N, OC), DV(x, N, C), DV(w, OC, C));
         buf got[3] = {out, dinp, dw};
@@ -218,13 +222,13 @@ static void test_delayed(int N, int C, int OC) {
                      (double)dev[r], (double)slot[r].amax);
         gpu->fp8_roll(gpu);
         for (int r = 0; r < 3; r++) slot_roll(&slot[r]), free(q[0][r]), free(q[1][r]);
-        b_free(&x), b_free(&d), b_free(&dw);
+        b_free(&x), b_free(&d), b_free(&w), b_free(&dw);
     }
     gpu->fp8_site = -1;
     for (int v = 0; v < 3; v++)
         for (int j = 0; j < 3; j++) free(ref[v][j]);
-    free(xk), free(dk), free(zeros);
-    b_free(&x0), b_free(&w), b_free(&d0), b_free(&out), b_free(&dinp);
+    free(xk), free(dk), free(wk), free(zeros);
+    b_free(&x0), b_free(&w0), b_free(&d0), b_free(&out), b_free(&dinp);
 }
 
 static void run_mode(loom_dtype mode, bool quick) {

@@ -247,6 +247,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .sumsq = cuda_sumsq,
         .sumsq_add = cuda_sumsq_add,
         .step_scalars = cuda_step_scalars,
+        .fp8_begin = cuda_fp8_begin,
         .fp8_amax = cuda_fp8_amax,
         .fp8_roll = cuda_fp8_roll,
         .fp8_save = cuda_fp8_save,

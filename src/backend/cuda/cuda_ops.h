@@ -192,6 +192,21 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
 // (NOT_SUPPORTED for both, running nothing, when either does not suit FP8).
 void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
                        cublasStatus_t *sw);
+
+// ---- FP8 delayed scaling's slots (fp8_scaling.cu) ----
+#define CUDA_FP8_E4M3_MAX 448.0f   // the largest finite E4M3 (inputs, weights)
+#define CUDA_FP8_E5M2_MAX 57344.0f // and E5M2 (output gradients)
+// How a cast scales: by *scale (delayed; inv holds 1/s) or by its current amax (scale NULL: the
+// amax pass first, 1/s written to inv), and the slot amax it raises (NULL: none)
+typedef struct {
+    const float *scale;
+    float *inv;
+    unsigned *record;
+} fp8_cast;
+// The cast of operand `role` of the current site (be->fp8_site) under delayed scaling: from the
+// slot's history once it has one, else by the current amax with 1/s into `inv` (and the slot's
+// amax raised either way); without delayed scaling or a site, by the current amax alone.
+fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv);
 // Frees delayed scaling's slots (at destroy).
 void cuda_fp8_free(loom_cuda *cu);
 
@@ -242,6 +257,7 @@ void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, 
 void cuda_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 double cuda_sumsq(loom_backend *be, loom_tensor x);
 void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x);
+void cuda_fp8_begin(loom_backend *be);
 float *cuda_fp8_amax(loom_backend *be, size_t *n);
 void cuda_fp8_roll(loom_backend *be);
 size_t cuda_fp8_save(loom_backend *be, float *out);

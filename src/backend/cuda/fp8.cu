@@ -14,17 +14,13 @@
 // not (torchao's defaults). The copies live in the backend's scratch: (m + n) k bytes. A layer's
 // backward (cuda_fp8_backward) casts dout once for both of its products: one amax pass and one
 // read of dout write dout8 and (dout^T)8 with the same scale, 2 N OC bytes beside the A copy.
-// Delayed scaling (backend.h's fp8_history; Transformer Engine's DelayedScaling, "max" algorithm):
-// each linear layer (fp8_site) has three slots, its input, weight and output gradient, each with
-// a ring of its last H rolls' amaxes; a cast whose slot has a history scales by
-//   s = FMAX / max(ring)   (cuda_fp8_roll computes it once a step for every slot)
-// and raises the slot's amax as it converts, so one pass over the tensor does what the current
-// amax does in two. The weight's and the input's copies in the backward take the forward's slots:
-// the same tensors, so the same scales.
+// Delayed scaling (backend.h's fp8_history; fp8_scaling.cu keeps the slots): a cast whose slot has
+// a history scales by the slot's s and raises the slot's amax as it converts, so one pass over the
+// tensor does what the current amax does in two. The weight's and the input's copies in the
+// backward take the forward's slots: the same tensors, so the same scales.
 #include "backend/cuda/cuda_ops.h"
 
 #include <cuda_fp8.h>
-#include <string.h>
 
 #define FP8_VEC 8          // elements a thread converts from one row (16 bytes of bf16); also its rows
 #define FP8_WARP_R 64      // a warp's rows in quantize_kernel: 8 threads x FP8_VEC rows
@@ -34,9 +30,6 @@
 #define FP8_TILE_R (FP8_WARP_R * (FP8_THREADS / 32 / FP8_WARP_COLS)) // a block's rows: 256
 #define FP8_TILE_C (FP8_WARP_C * FP8_WARP_COLS)                      // a block's columns: 64
 #define FP8_AMAX_BLOCKS 1024
-#define FP8_E4M3_MAX 448.0f
-#define FP8_E5M2_MAX 57344.0f
-#define FP8_ROLL_THREADS 256
 
 // *amax = max(*amax, max |x|) over n bf16 (16-byte aligned, n a multiple of 8: read 8 at a
 // time), as fp32 bits (>= 0: unsigned order is float order)
@@ -131,7 +124,7 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
                                 float *colpart) {
     constexpr int RW = FP8_THREADS / 32 / FP8_WARP_COLS; // warps along a block's rows
     __shared__ float warps[FP8_THREADS / 32], sums[RW][FP8_TILE_C];
-    float s = scale ? *scale : (e5m2 ? FP8_E5M2_MAX : FP8_E4M3_MAX) / fmaxf(__uint_as_float(*amax), 1e-12f);
+    float s = scale ? *scale : (e5m2 ? CUDA_FP8_E5M2_MAX : CUDA_FP8_E4M3_MAX) / fmaxf(__uint_as_float(*amax), 1e-12f);
     if (!scale && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv = 1.0f / s;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
@@ -141,10 +134,11 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     float m = r < R && c < K ? quantize_block(rows, cols, cs, src, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3) : 0.0f;
     if (colpart) { // the same for the whole grid, as record
 #pragma unroll
-        for (int j = 0; j < FP8_VEC; j++)
-            for (int o = XS; o < 32; o <<= 1) cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], o); // the lanes along the rows
+        for (int j = 0; j < FP8_VEC; j++) // over the lanes along the rows
+            for (int o = XS; o < 32; o <<= 1) cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], o);
+        float *mine = sums[warp / FP8_WARP_COLS] + warp % FP8_WARP_COLS * FP8_WARP_C + lane * FP8_VEC;
         if (lane < XS)
-            for (int j = 0; j < FP8_VEC; j++) sums[warp / FP8_WARP_COLS][warp % FP8_WARP_COLS * FP8_WARP_C + lane * FP8_VEC + j] = cs[j];
+            for (int j = 0; j < FP8_VEC; j++) mine[j] = cs[j];
         __syncthreads();
         int64_t col = (int64_t)blockIdx.y * FP8_TILE_C + threadIdx.x;
         if (threadIdx.x < FP8_TILE_C && col < K) {
@@ -160,179 +154,6 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     if (threadIdx.x != 0) return;
     for (int w = 1; w < FP8_THREADS / 32; w++) m = fmaxf(m, warps[w]);
     atomicMax(record, __float_as_uint(m));
-}
-
-// ---- delayed scaling's slots ----
-enum { SLOT_NEW, SLOT_SEEN, SLOT_READY }; // host: never cast; cast since its first roll only; has a history
-
-typedef struct { // a slot's scale (16 bytes: cuBLASLt's FP8 kernels take inv only 16-byte aligned)
-    float inv, scale, pad[2];
-} fp8_scale;
-
-struct cuda_fp8_slots {
-    int64_t n;        // slots: FP8_ROLES a site
-    int history;      // H: rolls a ring holds
-    fp8_scale *scale; // device (n)
-    float *amax;      // device (n): since the last roll (raised through its bits: >= 0, so they order as floats)
-    float *ring;      // device (n, H): the last H rolls' amaxes, 0 where none yet
-    int *pos;         // device: the ring column the next roll writes
-    uint8_t *state;   // host (n)
-};
-
-static void *slots_alloc(loom_cuda *cu, size_t bytes) {
-    void *p = NULL;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cu->stream));
-    cuda_account(cu, (long long)bytes);
-    return p;
-}
-
-static void slots_release(loom_cuda *cu, cuda_fp8_slots *f) {
-    CUDA_CHECK(cudaFree(f->scale));
-    CUDA_CHECK(cudaFree(f->amax));
-    CUDA_CHECK(cudaFree(f->ring));
-    CUDA_CHECK(cudaFree(f->pos));
-    cuda_account(cu, -(long long)((sizeof(fp8_scale) + sizeof(float) * (1 + f->history)) * f->n + sizeof(int)));
-    free(f->state);
-    free(f);
-}
-
-// Room for n slots at least (fresh ones zero, their rings empty). Moving them after a graph was
-// recorded makes it record again, as the scratch does.
-static cuda_fp8_slots *slots_reserve(loom_cuda *cu, int64_t n) {
-    cuda_fp8_slots *old = cu->fp8;
-    int H = cu->base.fp8_history;
-    if (old) LOOM_CHECK(old->history == H); // fp8_history is set once, before the first cast
-    if (old && old->n >= n) return old;
-    cuda_fp8_slots *f = (cuda_fp8_slots *)loom_xcalloc(1, sizeof *f);
-    f->n = old && 2 * old->n > n ? 2 * old->n : (n + 63) / 64 * 64, f->history = H;
-    f->scale = (fp8_scale *)slots_alloc(cu, sizeof(fp8_scale) * f->n);
-    f->amax = (float *)slots_alloc(cu, sizeof(float) * f->n);
-    f->ring = (float *)slots_alloc(cu, sizeof(float) * H * f->n);
-    f->pos = (int *)slots_alloc(cu, sizeof(int));
-    f->state = (uint8_t *)loom_xcalloc((size_t)f->n, 1);
-    if (old) {
-        cudaStream_t st = cu->stream;
-        CUDA_CHECK(cudaMemcpyAsync(f->scale, old->scale, sizeof(fp8_scale) * old->n, cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(f->amax, old->amax, sizeof(float) * old->n, cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(f->ring, old->ring, sizeof(float) * H * old->n, cudaMemcpyDeviceToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(f->pos, old->pos, sizeof(int), cudaMemcpyDeviceToDevice, st));
-        memcpy(f->state, old->state, (size_t)old->n);
-        CUDA_CHECK(cudaStreamSynchronize(st)); // ops issued before may still use the old ones
-        slots_release(cu, old);
-    }
-    cu->fp8 = f;
-    cu->scratch_moves++;
-    return f;
-}
-
-void cuda_fp8_free(loom_cuda *cu) {
-    if (cu->fp8) slots_release(cu, cu->fp8);
-    cu->fp8 = NULL;
-}
-
-// How a cast scales: by *scale (delayed; inv holds 1/s) or by its current amax (scale NULL: the
-// amax pass first, inv written), and the slot amax it raises (NULL: none)
-typedef struct {
-    const float *scale;
-    float *inv;
-    unsigned *record;
-} fp8_cast;
-
-// The cast of operand `role` of the current site (delayed scaling), else by the current amax
-// with its 1/s into `inv`
-static fp8_cast cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
-    int site = cu->base.fp8_site;
-    if (cu->base.fp8_history <= 0 || site < 0) return fp8_cast{NULL, inv, NULL};
-    // the site's three slots at once: a product's two casts never move each other's
-    cuda_fp8_slots *f = slots_reserve(cu, ((int64_t)site + 1) * CUDA_FP8_ROLES);
-    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
-    unsigned *record = (unsigned *)(f->amax + i);
-    if (f->state[i] == SLOT_READY) return fp8_cast{&f->scale[i].scale, &f->scale[i].inv, record};
-    f->state[i] = SLOT_SEEN;
-    return fp8_cast{NULL, inv, record};
-}
-
-// One block: with push, slot s's amax into column *pos of its ring (a non-finite amax as 0) and
-// zeroed, then *pos moves on; its scale from the ring's max (E5M2 for output gradients).
-__global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos, int64_t n, int H, bool push) {
-    int p = *pos;
-    for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
-        float a = amax[s], m = 0.0f, *r = ring + s * H;
-        if (push) r[p] = isfinite(a) ? a : 0.0f, amax[s] = 0.0f;
-        for (int j = 0; j < H; j++) m = fmaxf(m, r[j]);
-        float sc = (s % CUDA_FP8_ROLES == CUDA_FP8_GRAD ? FP8_E5M2_MAX : FP8_E4M3_MAX) / fmaxf(m, 1e-12f);
-        scale[s].scale = sc, scale[s].inv = 1.0f / sc;
-    }
-    __syncthreads(); // every thread has read *pos
-    if (push && threadIdx.x == 0) *pos = (p + 1) % H;
-}
-
-extern "C" void cuda_fp8_roll(loom_backend *be) {
-    loom_cuda *cu = cuda_of(be);
-    cuda_fp8_slots *f = cu->fp8;
-    if (!f) return;
-    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, f->history, true);
-    CUDA_LAUNCH_CHECK();
-    for (int64_t i = 0; i < f->n; i++)
-        if (f->state[i] == SLOT_SEEN) f->state[i] = SLOT_READY;
-}
-
-extern "C" float *cuda_fp8_amax(loom_backend *be, size_t *n) {
-    cuda_fp8_slots *f = cuda_of(be)->fp8;
-    *n = f ? (size_t)f->n : 0;
-    return f ? f->amax : NULL;
-}
-
-// The saved state: H, n, pos, then for each slot whether it has a history (1) or not (0), then
-// the rings (n, H): 3 + n (1 + H) fp32
-extern "C" size_t cuda_fp8_save(loom_backend *be, float *out) {
-    loom_cuda *cu = cuda_of(be);
-    cuda_fp8_slots *f = cu->fp8;
-    if (!f) return 0;
-    size_t total = 3 + (size_t)f->n * (1 + f->history);
-    if (!out) return total;
-    int pos;
-    CUDA_CHECK(cudaMemcpyAsync(&pos, f->pos, sizeof pos, cudaMemcpyDeviceToHost, cu->stream));
-    CUDA_CHECK(cudaMemcpyAsync(out + 3 + f->n, f->ring, sizeof(float) * f->history * f->n, cudaMemcpyDeviceToHost,
-                               cu->stream));
-    CUDA_CHECK(cudaStreamSynchronize(cu->stream));
-    out[0] = (float)f->history, out[1] = (float)f->n, out[2] = (float)pos;
-    for (int64_t i = 0; i < f->n; i++) out[3 + i] = f->state[i] == SLOT_READY;
-    return total;
-}
-
-extern "C" loom_status cuda_fp8_load(loom_backend *be, const float *in, size_t count) {
-    loom_cuda *cu = cuda_of(be);
-    int H = be->fp8_history;
-    LOOM_CHECK(H > 0 && !cu->fp8); // a fresh run's delayed scaling, before its first cast
-    const char *hint = "resume with the --fp8-history the run was saved with, or from another checkpoint";
-    if (count < 3 || in[0] != (float)H)
-        return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: a history of %g steps, this run's is %d",
-                         count ? (double)in[0] : 0.0, H);
-    double n = in[1];
-    if (!(n >= 0 && n <= 1e9 && n == (double)(int64_t)n && (double)count == 3 + n * (1 + H)))
-        return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: %g slots do not fill its %zu values", n, count);
-    if (!(in[2] >= 0 && in[2] < H && in[2] == (float)(int)in[2]))
-        return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: ring position %g is outside [0, %d)", (double)in[2], H);
-    for (int64_t i = 0; i < (int64_t)n; i++)
-        if (in[3 + i] != 0 && in[3 + i] != 1)
-            return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: slot %lld's flag is %g, not 0 or 1", (long long)i,
-                             (double)in[3 + i]);
-    for (size_t i = 3 + (size_t)n; i < count; i++)
-        if (!(in[i] >= 0 && isfinite(in[i])))
-            return loom_fail(LOOM_EFORMAT, hint, "FP8 scaling state: amax %zu is %g", i - 3 - (size_t)n, (double)in[i]);
-    if (n == 0) return LOOM_OK;
-    cuda_fp8_slots *f = slots_reserve(cu, (int64_t)n);
-    int pos = (int)in[2];
-    CUDA_CHECK(cudaMemcpyAsync(f->ring, in + 3 + (size_t)n, sizeof(float) * H * (size_t)n, cudaMemcpyHostToDevice,
-                               cu->stream));
-    CUDA_CHECK(cudaMemcpyAsync(f->pos, &pos, sizeof pos, cudaMemcpyHostToDevice, cu->stream));
-    for (int64_t i = 0; i < (int64_t)n; i++) f->state[i] = in[3 + i] == 1 ? SLOT_READY : SLOT_NEW;
-    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, H, false);
-    CUDA_LAUNCH_CHECK();
-    CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // the host values are the caller's
-    return LOOM_OK;
 }
 
 // ---- the casts and the products ----
@@ -401,7 +222,7 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + a_bytes + round_up_256((size_t)(g->n * g->k)));
     fp8_head h = fp8_head_of(cu, base);
     uint8_t *a8 = (uint8_t *)base + FP8_HEAD, *b8 = a8 + a_bytes;
-    fp8_cast ca = cast_of(cu, role_a, h.inv[0]), cb = cast_of(cu, role_b, h.inv[1]);
+    fp8_cast ca = cuda_fp8_cast_of(cu, role_a, h.inv[0]), cb = cuda_fp8_cast_of(cu, role_b, h.inv[1]);
     bool b_grad = role_b == CUDA_FP8_GRAD;
     quantize_a(cu, g, a8, ca, &h.amax[0]);
     // B (n,k): the bf16 B is (k,n) row-major with transb, else (n,k)
@@ -422,12 +243,13 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     fp8_head h = fp8_head_of(cu, base);
     uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
     float *colpart = dbias ? (float *)(a8 + a_bytes) : NULL;
-    fp8_cast cd = cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
-    fp8_cast cx = cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
+    fp8_cast cd = cuda_fp8_cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
+    fp8_cast cx = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
     quantize(cu, rows, cols, cd, &h.amax[0], gi->b, N, OC, true, colpart); // one amax, one read of dout
     quantize_a(cu, gi, a8, cw, &h.amax[1]);
     *si = fp8_run(cu, gi, a8, cw.inv, rows, cd.inv, true);
     quantize_a(cu, gw, a8, cx, &h.amax[2]); // a8 again: in stream order after gi's product
     *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
-    if (dbias && *sw == CUBLAS_STATUS_SUCCESS) cuda_add_partials(cu, dbias, true, colpart, false, quantize_chunks(N), OC, OC);
+    if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
+        cuda_add_partials(cu, dbias, true, colpart, false, quantize_chunks(N), OC, OC);
 }
