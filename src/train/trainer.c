@@ -245,11 +245,13 @@ static loom_status check_cuda_graphs(const loom_trainer *t) {
     return LOOM_OK;
 }
 
+static bool fp8_delayed(const loom_train_config *c) { return c->fp8_recipe && strcmp(c->fp8_recipe, "delayed") == 0; }
+
 // FP8 scales are per tensor: tensor or context parallelism would split a product's operands
 // into shards scaled by amaxes of their own, other mathematics than the one-process run's. The
 // recipe flags need --precision fp8, and the history the delayed recipe.
 static loom_status check_fp8(const loom_train_config *c) {
-    bool fp8 = strcmp(c->precision, "fp8") == 0, delayed = c->fp8_recipe && strcmp(c->fp8_recipe, "delayed") == 0;
+    bool fp8 = strcmp(c->precision, "fp8") == 0, delayed = fp8_delayed(c);
     if (c->fp8_recipe && !delayed && strcmp(c->fp8_recipe, "tensorwise") != 0)
         return loom_fail(LOOM_EINVAL, "recipes are: tensorwise (scales from the current amax), delayed (from an amax history)",
                          "unknown --fp8-recipe '%s'", c->fp8_recipe);
@@ -278,8 +280,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     omp_set_num_threads(threads > 0 ? threads : 1);
     AGREE(check_fp8(c));
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
-    if (c->fp8_recipe && strcmp(c->fp8_recipe, "delayed") == 0)
-        t->be->fp8_history = c->fp8_history ? c->fp8_history : LOOM_FP8_HISTORY;
+    if (fp8_delayed(c)) t->be->fp8_history = c->fp8_history ? c->fp8_history : LOOM_FP8_HISTORY;
     AGREE(check_cuda_graphs(t));
     if (t->be->stream) AGREE(loom_mesh_attach_device(t->mesh, t->be->stream, c->device_comm));
     loom_gpt2_config cfg;

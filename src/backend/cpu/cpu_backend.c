@@ -75,7 +75,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
     *be = (loom_backend){
         .name = "cpu",
         .dtype = LOOM_F32,
-        .fp8_site = -1, // no FP8 here (fp8_amax, fp8_roll NULL)
+        .fp8_site = -1, // no FP8 here (the fp8_ ops NULL)
         .chunk_bytes = (size_t)32 << 20,
         .alloc = cpu_alloc,
         .free = cpu_free,

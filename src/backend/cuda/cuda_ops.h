@@ -53,7 +53,7 @@ typedef struct {
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
-    struct cuda_fp8_slots *fp8; // FP8 delayed scaling's slots (fp8.cu; NULL before the first)
+    struct cuda_fp8_slots *fp8; // FP8 delayed scaling's slots (fp8_scaling.cu; NULL before the first)
     struct cuda_host_block *host_blocks; // live host_alloc allocations, for base.host_bytes_in_use
     cudaStream_t copy_stream;  // copy_async's side stream (created at its first use), and its
     cudaEvent_t ops_done;      // events: the ops issued before a copy, and each copy's completion

@@ -241,18 +241,24 @@ struct fp8_head {
     unsigned *amax;
     float *inv[3];
 };
-static fp8_head fp8_head_of(loom_cuda *cu, char *base) {
-    CUDA_CHECK(cudaMemsetAsync(base, 0, 3 * sizeof(unsigned), cu->stream));
+static fp8_head fp8_head_of(char *base) {
     return fp8_head{(unsigned *)base, {(float *)(base + 64), (float *)(base + 128), (float *)(base + 192)}};
+}
+
+// The amax slots zeroed when a cast scales by its current amax (`needed`: delayed scaling's casts
+// with a history read none)
+static void fp8_head_clear(loom_cuda *cu, fp8_head h, bool needed) {
+    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 3 * sizeof(unsigned), cu->stream));
 }
 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
     if (!fp8_fits(cu, g)) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t a_bytes = round_up_256((size_t)(g->m * g->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + a_bytes + round_up_256((size_t)(g->n * g->k)));
-    fp8_head h = fp8_head_of(cu, base);
+    fp8_head h = fp8_head_of(base);
     uint8_t *a8 = (uint8_t *)base + FP8_HEAD, *b8 = a8 + a_bytes;
     fp8_cast ca = cuda_fp8_cast_of(cu, role_a, h.inv[0]), cb = cuda_fp8_cast_of(cu, role_b, h.inv[1]);
+    fp8_head_clear(cu, h, !ca.scale || !cb.scale);
     bool b_grad = role_b == CUDA_FP8_GRAD;
     quantize_a(cu, g, a8, ca, &h.amax[0]);
     // B (n,k): the bf16 B is (k,n) row-major with transb, else (n,k)
@@ -270,11 +276,12 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     size_t d_bytes = round_up_256((size_t)(N * OC)), p_bytes = dbias ? quantize_chunks(N) * OC * sizeof(float) : 0;
     size_t a_bytes = round_up_256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes + p_bytes);
-    fp8_head h = fp8_head_of(cu, base);
+    fp8_head h = fp8_head_of(base);
     uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
     float *colpart = dbias ? (float *)(a8 + a_bytes) : NULL;
     fp8_cast cd = cuda_fp8_cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
     fp8_cast cx = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
+    fp8_head_clear(cu, h, !cd.scale || !cw.scale || !cx.scale);
     quantize(cu, rows, cols, cd, &h.amax[0], gi->b, N, OC, true, colpart); // one amax, one read of dout
     quantize_a(cu, gi, a8, cw, &h.amax[1]);
     *si = fp8_run(cu, gi, a8, cw.inv, rows, cd.inv, true);

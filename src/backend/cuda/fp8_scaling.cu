@@ -30,24 +30,16 @@ struct cuda_fp8_slots {
     uint8_t *state;   // host (n)
 };
 
+// Zero-filled backend memory (the backend's alloc: counted in its bytes in use)
 static void *device_alloc(loom_cuda *cu, size_t bytes) {
-    void *p = NULL;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
-    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cu->stream));
-    cuda_account(cu, (long long)bytes);
+    void *p = cu->base.alloc(&cu->base, bytes);
+    LOOM_CHECK(p); // a few KB a layer, at the first casts
     return p;
 }
 
-static void device_free(loom_cuda *cu, void *p, size_t bytes) {
-    CUDA_CHECK(cudaFree(p));
-    cuda_account(cu, -(long long)bytes);
-}
-
 static void slots_release(loom_cuda *cu, cuda_fp8_slots *f) {
-    device_free(cu, f->scale, sizeof(fp8_scale) * f->n);
-    device_free(cu, f->amax, sizeof(float) * f->n);
-    device_free(cu, f->ring, sizeof(float) * f->history * f->n);
-    device_free(cu, f->pos, sizeof(int));
+    void *arrays[] = {f->scale, f->amax, f->ring, f->pos};
+    for (void *p : arrays) cu->base.free(&cu->base, p);
     free(f->state);
     free(f);
 }

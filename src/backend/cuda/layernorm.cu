@@ -8,8 +8,8 @@
 // The backward is one kernel: a block per fixed row chunk (cuda_row_chunk), whose warps take its
 // rows in turn and keep their own dw/db sums in shared memory (a lane always owns the same
 // columns, so no atomics); the block adds its warps' sums in warp order into a per-chunk partial,
-// and cuda_add_partials2 adds the chunks in order (dw and db in one launch). Everything depends only on N and C, so the
-// results repeat bit for bit.
+// and cuda_add_partials2 adds the chunks in order (dw and db in one launch). Everything depends
+// only on N and C, so the results repeat bit for bit.
 #include "backend/cuda/vec.cuh"
 
 #define LN_EPS 1e-5f
