@@ -77,3 +77,15 @@ void loom_host_memory_info(size_t *available, size_t *total) {
         if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) *available = (size_t)kib * 1024;
     fclose(f);
 }
+
+void loom_mlp_backward_ops(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,
+                           loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout, loom_tensor inp, loom_tensor fcw,
+                           loom_tensor pre, loom_tensor act, bool act_kept, loom_tensor projw) {
+    LOOM_CHECK(!dfcw.data == !dprojw.data);
+    int site = be->fp8_site;
+    if (!act_kept && dprojw.data) be->gelu_forward(be, act, pre);
+    be->matmul_gelu_backward(be, dfch, dprojw, dprojb, dout, act, projw, pre);
+    be->fp8_site = be->fp8_site_fc;
+    be->matmul_backward(be, dinp, dfcw, dfcb, dfch, inp, fcw);
+    be->fp8_site = site;
+}

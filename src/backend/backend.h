@@ -121,7 +121,8 @@ struct loom_backend {
     // The linear layer whose slots the matmul ops use until it is set again (with fp8_history):
     // an index >= 0 the caller keeps for that layer (the model: its weight's parameter index),
     // the same for its forward and its backward; -1 (the default): none, the current amaxes.
-    int fp8_site;
+    // mlp_backward takes two: fp8_site names its fcproj layer and fp8_site_fc its fc layer.
+    int fp8_site, fp8_site_fc;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
@@ -265,6 +266,21 @@ struct loom_backend {
     //   dinp (N,C) = (dout @ w) * gelu'(pre), pre (N,C) the GELU's input; dw +=, dbias += as matmul_backward
     void (*matmul_gelu_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                                  loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+    // The backward of the MLP  pre = inp @ fcw^T + fcb,  act = gelu(pre),  out = act @ projw^T + projb
+    // from dout (N,C) = d(loss)/d(out): matmul_gelu_backward of the fcproj layer, then
+    // matmul_backward of the fc layer (loom_mlp_backward_ops), so that a backend may put the
+    // GELU's backward where it costs least (FP8: into the fc layer's output-gradient cast):
+    //   dfch (N,OC) = (dout @ projw) * gelu'(pre);  dinp (N,C) = dfch @ fcw
+    //   dprojw (C,OC) += dout^T act;  dprojb (C) += column sums of dout
+    //   dfcw (OC,C) += dfch^T inp;  dfcb (OC) += column sums of dfch
+    // The weight gradients are all computed or, with dfcw.data and dprojw.data NULL (the first
+    // half of a zero-bubble backward), none: then dfch is written for the weight pass; with them
+    // dfch is scratch, left unspecified. A bias gradient's data may be NULL (skipped).
+    // act (N,OC): gelu(pre) when act_kept, else a buffer the op may fill with it (recomputation).
+    // inp (N,C), fcw (OC,C), pre (N,OC), projw (C,OC) as the forward's.
+    void (*mlp_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,
+                         loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout, loom_tensor inp, loom_tensor fcw,
+                         loom_tensor pre, loom_tensor act, bool act_kept, loom_tensor projw);
     // The residual add and the LayerNorm after it: res (N,C) = a + b (res may alias a or b), then
     // out, mean, rstd = layernorm_forward(res, w, bias)
     void (*residual_layernorm_forward)(loom_backend *be, loom_tensor res, loom_tensor out,
@@ -378,6 +394,13 @@ int loom_backend_device_count(const char *device);
 // The host's available and total memory in bytes (MemAvailable and MemTotal of /proc/meminfo;
 // sysconf's free and total pages where it cannot be read).
 void loom_host_memory_info(size_t *available, size_t *total);
+
+// mlp_backward as the plain ops in sequence: gelu_forward (act, unless act_kept, when the
+// weight gradients are computed), matmul_gelu_backward, matmul_backward (the CPU's, and the
+// CUDA backend's outside FP8).
+void loom_mlp_backward_ops(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,
+                           loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout, loom_tensor inp, loom_tensor fcw,
+                           loom_tensor pre, loom_tensor act, bool act_kept, loom_tensor projw);
 
 // Backend constructors (one per implementation).
 loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype);

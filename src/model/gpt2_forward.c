@@ -107,7 +107,15 @@ static loom_tensor linear_weight(const loom_gpt2 *m, int l, int k) {
     return gpt2_param(m, l, k);
 }
 
-static void no_site(const loom_gpt2 *m) { m->be->fp8_site = -1; }
+// Block l's MLP weights for mlp_backward, naming its two layers' sites as linear_weight does
+// (backend.h's fp8_site_fc: the fc layer's, fp8_site: the fcproj layer's).
+static void mlp_weights(const loom_gpt2 *m, int l, loom_tensor *fcw, loom_tensor *projw) {
+    *fcw = linear_weight(m, l, B_FCW);
+    m->be->fp8_site_fc = m->be->fp8_site;
+    *projw = linear_weight(m, l, B_FCPROJW);
+}
+
+static void no_site(const loom_gpt2 *m) { m->be->fp8_site = m->be->fp8_site_fc = -1; }
 
 // Where the partial products of a layer whose reduced rows go to `local` are summed: local
 // itself when it holds all rows, else the shared (N,C) scratch.
@@ -195,15 +203,15 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     bool all = part == LOOM_GRAD_ALL;
     block_douts d = douts_of(v, l, part);
     if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, v, l, x); // the block's activations again
-    else if (m->recompute == LOOM_RECOMPUTE_GELU && all) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
-    loom_tensor atty = layer(&a->atty, i), none = no_tensor();
+    loom_tensor atty = layer(&a->atty, i), none = no_tensor(), fcw, projw;
     loom_tensor datty = LOOM_VIEW(v->dbtc.data, be->dtype, v->B, v->T, loom_cols(&atty)); // (B,T,Cl)
     tp_gather(m, v->dfull, v->dres);
     keep(m, d.fcproj, v->dfull);
-    be->matmul_gelu_backward(be, d.fch, all ? gpt2_grad(m, l, B_FCPROJW) : none, all ? gpt2_grad(m, l, B_FCPROJB) : none,
-                             v->dfull, layer(&a->fch_gelu, i), linear_weight(m, l, B_FCPROJW), layer(&a->fch, i));
-    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_FCW) : none, all ? gpt2_grad(m, l, B_FCB) : none, d.fch,
-                        layer(&a->ln2, i), linear_weight(m, l, B_FCW));
+    mlp_weights(m, l, &fcw, &projw); // gelu(fch) recomputed in the op when not kept
+    be->mlp_backward(be, v->dbtc, d.fch, all ? gpt2_grad(m, l, B_FCW) : none, all ? gpt2_grad(m, l, B_FCB) : none,
+                     all ? gpt2_grad(m, l, B_FCPROJW) : none, all ? gpt2_grad(m, l, B_FCPROJB) : none, v->dfull,
+                     layer(&a->ln2, i), fcw, layer(&a->fch, i), layer(&a->fch_gelu, i),
+                     m->recompute != LOOM_RECOMPUTE_GELU, projw);
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN2W), gpt2_grad(m, l, B_LN2B), v->dlocal,
                            layer(&a->residual2, i), gpt2_param(m, l, B_LN2W), layer(&a->ln2_mean, i),

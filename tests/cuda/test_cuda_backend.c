@@ -179,6 +179,22 @@ static void test_fused(shape s) {
     check("matmul+gelu dinp", dinp, s);
     check("matmul+gelu dw +=", dw, s);
     check("matmul+gelu dbias +=", db, s);
+    // the whole MLP's backward: x, w the fc layer, p2, in2 its GELU, w2 the fcproj layer; act
+    // recomputed into a NaN buffer when not kept
+    for (int kept = 0; kept < 2; kept++) {
+        buf dx = b_nans((size_t)N * C, dt), dfch = b_nans((size_t)N * OC, dt), act = kept ? b_from(out.h, out.n, dt) : b_nans(out.n, dt);
+        buf dfw = b_randn((size_t)OC * C, 0.1f, dt), dfb = b_randn((size_t)OC, 1, dt);
+        cpu->mlp_backward(cpu, HV(dx, N, C), HV(dfch, N, OC), HV(dfw, OC, C), HV(dfb, OC), HV(dw, C, OC), HV(db, C),
+                          HV(dout, N, C), HV(x, N, C), HV(w, OC, C), HV(p2, N, OC), HV(in2, N, OC), true, HV(w2, C, OC));
+        gpu->mlp_backward(gpu, DV(dx, N, C), DV(dfch, N, OC), DV(dfw, OC, C), DV(dfb, OC), DV(dw, C, OC), DV(db, C),
+                          DV(dout, N, C), DV(x, N, C), DV(w, OC, C), DV(p2, N, OC), DV(act, N, OC), kept, DV(w2, C, OC));
+        check("mlp dinp", dx, s);
+        check("mlp dfcw +=", dfw, s);
+        check("mlp dfcb +=", dfb, s);
+        check("mlp dprojw +=", dw, s);
+        check("mlp dprojb +=", db, s);
+        b_free(&dx), b_free(&dfch), b_free(&act), b_free(&dfw), b_free(&dfb);
+    }
     buf a = b_randn((size_t)N * C, 2, dt), b = b_randn((size_t)N * C, 1, dt), res = b_nans((size_t)N * C, dt);
     buf ln = b_nans((size_t)N * C, dt), mean = b_nans((size_t)N, F32), rstd = b_nans((size_t)N, F32);
     buf lw = b_randn((size_t)C, 1, dt), lb = b_randn((size_t)C, 1, dt);

@@ -3,14 +3,16 @@
 // round-to-nearest-even of x s in E4M3 (inputs, weights) or E5M2 (output gradients), saturated;
 // products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the
 // GELU form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias +=
-// (dbias from the unrounded gradient). A product must match the rounded reference within 1e-2,
-// norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice, the GELU epilogues'
-// own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it than to the
-// unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a dim that is not a multiple of 16 take the bf16
+// (dbias from the unrounded gradient), and the MLP's backward with its GELU in the casts
+// (test_mlp). A product must match the rounded reference within 1e-2, norm-relative (the bf16
+// mode's bound: bf16 outputs, dw += rounded twice, the GELU epilogues' own gelu'; 3e-3 to 6e-3 on
+// an H100), and be at least 4 times closer to it than to the unrounded one (about 0.06 away), so a
+// product computed in bf16 fails. Shapes with a dim that is not a multiple of 16 take the bf16
 // path and must match the unrounded reference, as must dinp with the GELU backward folded in (the
 // DGELU product stays in bf16: matmul.cu). Delayed scaling (fp8_history, test_delayed): seven steps
 // of a layer's three products against references rounded with the scales of a host model of its
-// slots' amax histories, and the slots' recorded amaxes exact. Exit 77 (skipped) without a CUDA device.
+// slots' amax histories, and the slots' recorded amaxes exact. Exit 77 (skipped) without a CUDA
+// device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2
@@ -231,6 +233,86 @@ static void test_delayed(int N, int C, int OC) {
     b_free(&x0), b_free(&w0), b_free(&d0), b_free(&out), b_free(&dinp);
 }
 
+#define MLP_SITE 7 // the fc layer's site (slots 21-23), the fcproj layer's next (24-26)
+
+static float *colsums(const float *x, int N, int C, const float *init) {
+    float *y = copy_of(init, (size_t)C);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < C; j++) y[j] += x[(size_t)i * C + j];
+    return y;
+}
+
+// mlp_backward (the MLP pre = inp fcw^T + fcb, act = gelu(pre), out = act projw^T + projb) with
+// its GELU folded into the casts (matmul.cu's cuda_mlp_backward): against the fp32 ops on operands
+// rounded as the device rounds them: dout, projw and gelu(pre) (computed, not read: act is NaN
+// when not kept) to FP8; the fc layer's output gradient raw gelu'(pre), in fp32, to E5M2 for its
+// products and unrounded for its bias gradient, where raw = dout8 projw8 in bf16 is the device's
+// own plain FP8 dinp product (matmul_backward with dinp alone: the same casts and product). A
+// host product would round a few raw values to the other bf16 neighbour (the FP8 tensor cores
+// accumulate in their own order), and those move to the other E5M2 neighbour by up to a quarter.
+// Dims that are not multiples of 16 take the plain ops in bf16 (the unrounded reference). With
+// sites (delayed scaling, first step: current amaxes, so the same products), the six slots'
+// amaxes must be the tensors': exact for the ones read as they are, to 1e-5 for those through
+// gelu or gelu' (the device's tanhf against the host's).
+static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites) {
+    shape s = {N, 1, C, 1};
+    buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt), pre = b_randn((size_t)N * OC, 1, dt);
+    buf projw = b_randn((size_t)C * OC, 0.2f, dt), dout = b_randn((size_t)N * C, 1, dt), dinp = b_nans((size_t)N * C, dt);
+    buf dfch = b_nans((size_t)N * OC, dt), dfcw = b_randn((size_t)OC * C, 0.1f, dt), dfcb = b_randn((size_t)OC, 1, dt);
+    buf dprojw = b_randn((size_t)C * OC, 0.1f, dt), dprojb = b_randn((size_t)C, 1, dt);
+    float *g = loom_xmalloc(pre.n * 4);
+    cpu->gelu_forward(cpu, LOOM_VIEW(g, F32, N, OC), HV(pre, N, OC));
+    buf act = act_kept ? b_from(g, pre.n, dt) : b_nans(pre.n, dt);
+    // the rounded reference
+    float *dq = fp8_view(dout.h, dout.n, E5M2), *pq = fp8_view(projw.h, projw.n, E4M3), *aq = fp8_view(g, pre.n, E4M3);
+    float *raw = loom_xmalloc(pre.n * 4), *dpre = loom_xmalloc(pre.n * 4), *want_dinp = loom_xmalloc(dinp.n * 4);
+    float *want_dfcw = copy_of(dfcw.h, dfcw.n), *want_dprojw = copy_of(dprojw.h, dprojw.n);
+    loom_tensor none = {0};
+    gpu->matmul_backward(gpu, DV(dfch, N, OC), none, none, DV(dout, N, C), DV(pre, N, OC), DV(projw, C, OC));
+    download_as(raw, dfch.d, dfch.n, dt);
+    cpu->gelu_backward(cpu, LOOM_VIEW(dpre, F32, N, OC), HV(pre, N, OC), LOOM_VIEW(raw, F32, N, OC));
+    float *d8 = fp8_view(dpre, pre.n, E5M2), *fq = fp8_view(fcw.h, fcw.n, E4M3), *iq = fp8_view(inp.h, inp.n, E4M3);
+    cpu->matmul_backward(cpu, LOOM_VIEW(want_dinp, F32, N, C), LOOM_VIEW(want_dfcw, F32, OC, C), none,
+                         LOOM_VIEW(d8, F32, N, OC), LOOM_VIEW(iq, F32, N, C), LOOM_VIEW(fq, F32, OC, C));
+    cpu->matmul_backward(cpu, none, LOOM_VIEW(want_dprojw, F32, C, OC), none, LOOM_VIEW(dq, F32, N, C),
+                         LOOM_VIEW(aq, F32, N, OC), LOOM_VIEW(pq, F32, C, OC));
+    float *want_dfcb = colsums(dpre, N, OC, dfcb.h);
+    // the plain reference, into the host buffers; then the device
+    buf a_h = b_from(g, pre.n, dt);
+    cpu->mlp_backward(cpu, HV(dinp, N, C), HV(dfch, N, OC), HV(dfcw, OC, C), HV(dfcb, OC), HV(dprojw, C, OC),
+                      HV(dprojb, C), HV(dout, N, C), HV(inp, N, C), HV(fcw, OC, C), HV(pre, N, OC), HV(a_h, N, OC), true,
+                      HV(projw, C, OC));
+    if (sites) gpu->fp8_site_fc = MLP_SITE, gpu->fp8_site = MLP_SITE + 1, gpu->fp8_begin(gpu);
+    gpu->mlp_backward(gpu, DV(dinp, N, C), DV(dfch, N, OC), DV(dfcw, OC, C), DV(dfcb, OC), DV(dprojw, C, OC),
+                      DV(dprojb, C), DV(dout, N, C), DV(inp, N, C), DV(fcw, OC, C), DV(pre, N, OC), DV(act, N, OC),
+                      act_kept, DV(projw, C, OC));
+    T_ASSERT(gpu->fp8_site == (sites ? MLP_SITE + 1 : -1), "mlp_backward left fp8_site at %d", gpu->fp8_site);
+    check_fp8("fp8 mlp dinp", dinp, want_dinp, dinp.h, fits, s);
+    check_fp8("fp8 mlp dfcw +=", dfcw, want_dfcw, dfcw.h, fits, s);
+    check_fp8("fp8 mlp dprojw +=", dprojw, want_dprojw, dprojw.h, fits, s);
+    check_fp8("fp8 mlp dfcb += (gradient before rounding)", dfcb, want_dfcb, dfcb.h, fits, s);
+    check("fp8 run: mlp dprojb += (bf16 column sums)", dprojb, s);
+    if (sites) {
+        size_t n;
+        float *amax = gpu->fp8_amax(gpu, &n), dev[6];
+        T_ASSERT(amax && n >= 3 * (MLP_SITE + 2), "fp8_amax: %zu slots", n);
+        gpu->download(gpu, dev, amax + 3 * MLP_SITE, sizeof dev);
+        // the fc site: inp, fcw, its output gradient; the fcproj site: gelu(pre), projw, dout
+        float want[6] = {amax_of(inp.h, inp.n), amax_of(fcw.h, fcw.n), amax_of(dpre, pre.n),
+                         amax_of(g, pre.n), amax_of(projw.h, projw.n), amax_of(dout.h, dout.n)};
+        static const double slack[6] = {0, 0, 1e-5, 1e-5, 0, 0};
+        for (int r = 0; r < 6; r++)
+            T_ASSERT(fabs(dev[r] - want[r]) <= slack[r] * want[r], "fp8 mlp slot %d's amax %g, the tensor's %g", r,
+                     (double)dev[r], (double)want[r]);
+        gpu->fp8_roll(gpu);
+        gpu->fp8_site = gpu->fp8_site_fc = -1;
+    }
+    float *frees[] = {g, dq, pq, aq, raw, dpre, want_dinp, want_dfcw, want_dprojw, d8, fq, iq, want_dfcb};
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++) free(frees[i]);
+    buf *all[] = {&inp, &fcw, &pre, &projw, &dout, &dinp, &dfch, &dfcw, &dfcb, &dprojw, &dprojb, &act, &a_h};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
 static void run_mode(loom_dtype mode, bool quick) {
     if (mode != LOOM_BF16) return; // FP8 products are a bf16 run's
     LOOM_CHECK(loom_backend_create(&gpu, "cuda", mode) == LOOM_OK);
@@ -249,13 +331,16 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_forward(d[0], d[1], d[2], true);
         test_backward(d[0], d[1], d[2], false, true);
         test_backward(d[0], d[1], d[2], true, true); // as the layer after a GELU whose input was pre
+        test_mlp(d[0], d[1], d[2], true, i % 2 == 0, false);
     }
+    test_mlp(256, 768, 3072, true, false, true);
     test_delayed(256, 768, 2304);
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
         const int *d = ragged[i];
         test_forward(d[0], d[1], d[2], false);
         test_backward(d[0], d[1], d[2], false, false); // cuda_fp8_backward declines, each product runs in bf16
         test_backward(d[0], d[1], d[2], true, false);
+        test_mlp(d[0], d[1], d[2], false, i % 2 == 1, false);
     }
     loom_backend_destroy(gpu);
     gpu = NULL;

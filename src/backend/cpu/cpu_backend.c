@@ -75,7 +75,8 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
     *be = (loom_backend){
         .name = "cpu",
         .dtype = LOOM_F32,
-        .fp8_site = -1, // no FP8 here (the fp8_ ops NULL)
+        .fp8_site = -1,
+        .fp8_site_fc = -1, // no FP8 here (the fp8_ ops NULL)
         .chunk_bytes = (size_t)32 << 20,
         .alloc = cpu_alloc,
         .free = cpu_free,
@@ -104,6 +105,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .residual_forward = cpu_residual_forward,
         .matmul_gelu_forward = cpu_matmul_gelu_forward,
         .matmul_gelu_backward = cpu_matmul_gelu_backward,
+        .mlp_backward = loom_mlp_backward_ops,
         .residual_layernorm_forward = cpu_residual_layernorm_forward,
         .softmax_crossentropy = cpu_softmax_crossentropy,
         .crossentropy_partial = cpu_crossentropy_partial,

@@ -185,13 +185,23 @@ typedef enum { CUDA_FP8_INPUT, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD, CUDA_FP8_ROLES } 
 // when g does not suit FP8 (m, n or k not a multiple of 16, a strided operand or one not
 // 16-byte aligned), or cuBLASLt's failure.
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b);
+// The GELU between an MLP's two layers, folded into the casts of one layer's backward
+// (cuda_fp8_backward; NULL: none; bf16, shaped as the tensor they stand beside):
+//   dout_pre: the layer's output went through the GELU, whose input this is: the products and
+//             dbias take dout gelu'(dout_pre) (the fc layer's; dout is the gradient of gelu(pre))
+//   inp_pre:  the layer's input is gelu(inp_pre): gw's A (N,IC) is cast from there, unread
+//             (the fcproj layer's; the GELU's output need not exist in bf16)
+typedef struct {
+    const void *dout_pre, *inp_pre;
+} cuda_fp8_gelu;
 // A linear layer's two gradient products from FP8 copies, dout (N,OC) cast once for both: gi the
 // dinp product (B = dout as it is), gw the dw product (B = dout transposed), as matmul.cu builds
-// them; dbias (OC) bf16 += the column sums of dout when not NULL and gw ran (summed in the cast's
-// one read of dout, in a fixed order). *si and *sw: each product's status as cuda_fp8_gemm_run's
-// (NOT_SUPPORTED for both, running nothing, when either does not suit FP8).
-void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
-                       cublasStatus_t *sw);
+// them, with gelu's folded in; dbias (OC) bf16 += the column sums of dout when not NULL and gw ran
+// (summed in the cast's one read of dout, in a fixed order). *si and *sw: each product's status as
+// cuda_fp8_gemm_run's (NOT_SUPPORTED for both, running nothing, when either does not suit FP8 or
+// a gelu tensor is not 16-byte aligned).
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
+                       cublasStatus_t *si, cublasStatus_t *sw);
 
 // ---- FP8 delayed scaling's slots (fp8_scaling.cu) ----
 #define CUDA_FP8_E4M3_MAX 448.0f   // the largest finite E4M3 (inputs, weights)
@@ -241,6 +251,9 @@ void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre
                               loom_tensor w, loom_tensor bias);
 void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                                loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,
+                       loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout, loom_tensor inp, loom_tensor fcw,
+                       loom_tensor pre, loom_tensor act, bool act_kept, loom_tensor projw);
 void cuda_residual_layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out,
                                      loom_tensor mean, loom_tensor rstd, loom_tensor a, loom_tensor b,
                                      loom_tensor w, loom_tensor bias);

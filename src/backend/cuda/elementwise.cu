@@ -4,10 +4,9 @@
 // the count or an address does not allow it), fp32 arithmetic on be->dtype storage. Each
 // vector is read before it is written by the same thread, so the allowed aliasing (dinp =
 // dout, out = a or b) is safe.
+#include "backend/cuda/gelu.cuh"
 #include "backend/cuda/vec.cuh"
 
-#define GELU_S 0.7978845608028654f // sqrt(2/pi)
-#define GELU_K 0.044715f
 #define EW_THREADS 256
 
 // nv = number of W-element vectors
@@ -17,7 +16,7 @@ __global__ void gelu_forward_kernel(T *out, const T *inp, int64_t nv) {
         float x[W];
         vload<T, W>(x, inp + i * W);
 #pragma unroll
-        for (int k = 0; k < W; k++) x[k] = 0.5f * x[k] * (1.0f + tanhf(GELU_S * (x[k] + GELU_K * x[k] * x[k] * x[k])));
+        for (int k = 0; k < W; k++) x[k] = gelu_of(x[k]);
         vstore<T, W>(out + i * W, x);
     }
 }
@@ -29,11 +28,7 @@ __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, int64
         vload<T, W>(x, inp + i * W);
         vload<T, W>(d, dout + i * W);
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            float th = tanhf(GELU_S * (x[k] + GELU_K * x[k] * x[k] * x[k])), sech2 = 1.0f - th * th;
-            float grad = 0.5f * (1.0f + th) + 0.5f * x[k] * sech2 * GELU_S * (1.0f + 3.0f * GELU_K * x[k] * x[k]);
-            d[k] *= grad;
-        }
+        for (int k = 0; k < W; k++) d[k] *= gelu_grad(x[k]);
         vstore<T, W>(dinp + i * W, d);
     }
 }

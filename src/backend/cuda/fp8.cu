@@ -18,7 +18,11 @@
 // a history scales by the slot's s and raises the slot's amax as it converts, so one pass over the
 // tensor does what the current amax does in two. The weight's and the input's copies in the
 // backward take the forward's slots: the same tensors, so the same scales.
+// An MLP's GELU folds into the casts of its two layers' backward (cuda_fp8_backward's gelu): the
+// fcproj layer's input copy is cast from gelu(pre), and the fc layer's output gradient from
+// dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16.
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/gelu.cuh"
 
 #include <cuda_fp8.h>
 
@@ -43,6 +47,28 @@ __device__ __forceinline__ float unpack8(float *x, uint4 v, float m) {
     return m;
 }
 
+// What a cast converts, from its bf16 source x: x as it is, gelu(x), or x gelu'(pre) (the GELU's
+// backward of the output gradient x; pre, the GELU's input, read beside x)
+enum fp8_op { FP8_AS_IS, FP8_GELU, FP8_DGELU };
+
+// The 8 values that a cast converts from the 8 bf16 of v (and of p, pre's, for FP8_DGELU) in x;
+// returns the larger of m and their largest |x| (NaN ignored)
+template <int OP> __device__ __forceinline__ float convert8(float *x, uint4 v, uint4 p, float m) {
+    if constexpr (OP == FP8_AS_IS) {
+        return unpack8(x, v, m);
+    } else {
+        float q[FP8_VEC];
+        unpack8(x, v, 0.0f);
+        if constexpr (OP == FP8_DGELU) unpack8(q, p, 0.0f);
+#pragma unroll
+        for (int e = 0; e < FP8_VEC; e++) {
+            x[e] = OP == FP8_GELU ? gelu_of(x[e]) : x[e] * gelu_grad(q[e]);
+            m = fmaxf(m, fabsf(x[e]));
+        }
+        return m;
+    }
+}
+
 // *record raised to the largest m of the block's threads (fp32 bits), one atomic a block; every
 // thread of the block (FP8_THREADS) calls it
 __device__ __forceinline__ void record_max(float m, unsigned *record) {
@@ -55,11 +81,15 @@ __device__ __forceinline__ void record_max(float m, unsigned *record) {
     atomicMax(record, __float_as_uint(m));
 }
 
-// *amax = max(*amax, max |x|) over n bf16 (16-byte aligned, n a multiple of 8: read 8 at a
-// time), as fp32 bits (>= 0: unsigned order is float order); FP8_THREADS a block
-__global__ void amax_kernel(const __nv_bfloat16 *x, int64_t n, unsigned *amax) {
+// *amax = max(*amax, max |y|) over the n values y that a cast OP converts from x (and pre) (n bf16,
+// 16-byte aligned, n a multiple of 8: read 8 at a time), as fp32 bits (>= 0: unsigned order is
+// float order); FP8_THREADS a block
+template <int OP> __global__ void amax_kernel(const __nv_bfloat16 *x, const __nv_bfloat16 *pre, int64_t n, unsigned *amax) {
     float m = 0.0f, v[FP8_VEC];
-    GRID_STRIDE(i, n / FP8_VEC) m = unpack8(v, ((const uint4 *)x)[i], m);
+    GRID_STRIDE(i, n / FP8_VEC) {
+        uint4 u = ((const uint4 *)x)[i];
+        m = convert8<OP>(v, u, OP == FP8_DGELU ? ((const uint4 *)pre)[i] : u, m);
+    }
     record_max(m, amax);
 }
 
@@ -82,21 +112,26 @@ __device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t 
     c = __byte_perm(t2, t3, 0x5410), d = __byte_perm(t2, t3, 0x7632);
 }
 
-// The 8x8 block at (r, c) of src (R,K) times s into rows (R,K) and cols (K,R), each where not
-// NULL; returns its largest |x| (NaN ignored), and its 8 column sums in cs (rows in order). The
-// thread's 8 row loads are in flight at once; cols takes the block transposed in registers.
+// The 8x8 block at (r, c) of the values that cast OP converts from src (R,K) (and pre), times s,
+// into rows (R,K) and cols (K,R), each where not NULL; returns their largest |x| (NaN ignored),
+// and their 8 column sums in cs (rows in order). The thread's 8 row loads (16 with pre) are in
+// flight at once; cols takes the block transposed in registers.
+template <int OP>
 __device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, float *cs, const __nv_bfloat16 *src,
-                                                int64_t r, int64_t c, int64_t R, int64_t K, float s,
-                                                __nv_fp8_interpretation_t fmt) {
-    uint4 v[FP8_VEC];
+                                                const __nv_bfloat16 *pre, int64_t r, int64_t c, int64_t R, int64_t K,
+                                                float s, __nv_fp8_interpretation_t fmt) {
+    uint4 v[FP8_VEC], p[FP8_VEC];
 #pragma unroll
-    for (int k = 0; k < FP8_VEC; k++) v[k] = *(const uint4 *)(src + (r + k) * K + c);
+    for (int k = 0; k < FP8_VEC; k++) {
+        v[k] = *(const uint4 *)(src + (r + k) * K + c);
+        p[k] = OP == FP8_DGELU ? *(const uint4 *)(pre + (r + k) * K + c) : v[k];
+    }
     uint32_t lo[FP8_VEC], hi[FP8_VEC]; // row k's bytes 0-3 and 4-7
     float m = 0.0f;
 #pragma unroll
     for (int k = 0; k < FP8_VEC; k++) {
         float x[FP8_VEC];
-        m = unpack8(x, v[k], m);
+        m = convert8<OP>(x, v[k], p[k], m);
 #pragma unroll
         for (int e = 0; e < FP8_VEC; e++) cs[e] += x[e];
         uint2 q = fp8_pack(x, s, fmt);
@@ -125,18 +160,20 @@ __device__ __forceinline__ float cast_scale(float *inv, bool e5m2, const unsigne
     return s;
 }
 
-// fp8(src s) of src (R,K) bf16, R and K multiples of 8, 16-byte aligned, into rows (R,K) and
-// cols (K,R) (its transpose), each where not NULL, with s from cast_scale; *record (when not
-// NULL) raised to the largest |src| (fp32 bits);
+// fp8(y s) of the values y that cast OP converts from src (R,K) bf16 (and pre, shaped as src),
+// R and K multiples of 8, 16-byte aligned, into rows (R,K) and cols (K,R) (its transpose), each
+// where not NULL, with s from cast_scale; *record (when not NULL) raised to the largest |y| (fp32
+// bits);
 // colpart (when not NULL; (gridDim.x, K) fp32) the column sums of the block's FP8_TILE_R rows,
 // added in a fixed order (a thread's rows in order, then its warp's lanes by a butterfly, then
 // the warps along the rows in order).
 // A thread converts an 8x8 block: the 4 threads of a warp along the columns read 64 contiguous
 // bytes a row and write 32 to rows, the 8 along the rows write 64 contiguous bytes a cols row,
 // so no sector is part-used and no shared memory is needed for the copies.
-__global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src, int64_t R,
-                                int64_t K, bool e5m2, const unsigned *amax, const float *scale, unsigned *record,
-                                float *colpart) {
+template <int OP>
+__global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src,
+                                const __nv_bfloat16 *pre, int64_t R, int64_t K, bool e5m2, const unsigned *amax,
+                                const float *scale, unsigned *record, float *colpart) {
     constexpr int RW = FP8_THREADS / 32 / FP8_WARP_COLS; // warps along a block's rows
     __shared__ float sums[RW][FP8_TILE_C];
     float s = cast_scale(inv, e5m2, amax, scale, blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0);
@@ -145,7 +182,8 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
     int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
     float cs[FP8_VEC] = {};
-    float m = r < R && c < K ? quantize_block(rows, cols, cs, src, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3) : 0.0f;
+    float m = r < R && c < K ? quantize_block<OP>(rows, cols, cs, src, pre, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3)
+                             : 0.0f;
     if (colpart) { // the same for the whole grid, as record
 #pragma unroll
         for (int j = 0; j < FP8_VEC; j++) // over the lanes along the rows
@@ -180,30 +218,57 @@ __global__ void quantize_rows_kernel(uint8_t *rows, float *inv, const __nv_bfloa
 }
 
 // ---- the casts and the products ----
-// The FP8 copies of the bf16 src (R,K) row-major as cast c says: rows (R,K) and cols (its
-// transpose), each where not NULL; *amax a zeroed fp32 scratch for the current amax; colpart
-// (when not NULL) src's column sums over each FP8_TILE_R rows, (quantize_chunks(R), K) fp32
+// What a cast reads: the bf16 tensor x, converted as op says (pre: the GELU's input, for FP8_DGELU)
+struct fp8_src {
+    const void *x;
+    fp8_op op;
+    const void *pre;
+};
+static fp8_src as_is(const void *x) { return fp8_src{x, FP8_AS_IS, NULL}; }
+
+template <int OP>
+static void amax_launch(loom_cuda *cu, fp8_src src, int64_t n, unsigned *amax) {
+    unsigned blocks = cuda_blocks(n / FP8_VEC, FP8_THREADS);
+    amax_kernel<OP><<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, FP8_THREADS, 0, cu->stream>>>(
+        (const __nv_bfloat16 *)src.x, (const __nv_bfloat16 *)src.pre, n, amax);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <int OP>
+static void quantize_launch(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, unsigned *amax, fp8_src src,
+                            int64_t R, int64_t K, bool e5m2, float *colpart);
+
+// The FP8 copies of the values that src converts (R,K) row-major, as cast c says: rows (R,K) and
+// cols (their transpose), each where not NULL; *amax a zeroed fp32 scratch for the current amax;
+// colpart (when not NULL) their column sums over each FP8_TILE_R rows, (quantize_chunks(R), K) fp32
 static int64_t quantize_chunks(int64_t R) { return (R + FP8_TILE_R - 1) / FP8_TILE_R; }
-static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, unsigned *amax, const void *src,
+static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, unsigned *amax, fp8_src src,
                      int64_t R, int64_t K, bool e5m2, float *colpart = NULL) {
-    LOOM_CHECK((uintptr_t)src % 16 == 0 && R % 16 == 0 && K % 16 == 0); // 16-byte reads, whole 8x8 blocks
-    LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535);              // gridDim.y
-    if (!c.scale) {
-        unsigned blocks = cuda_blocks(R * K / FP8_VEC, FP8_THREADS);
-        amax_kernel<<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, FP8_THREADS, 0, cu->stream>>>(
-            (const __nv_bfloat16 *)src, R * K, amax);
-        CUDA_LAUNCH_CHECK();
+    LOOM_CHECK((uintptr_t)src.x % 16 == 0 && R % 16 == 0 && K % 16 == 0); // 16-byte reads, whole 8x8 blocks
+    LOOM_CHECK((src.op == FP8_DGELU) == (src.pre != NULL) && (uintptr_t)src.pre % 16 == 0);
+    LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535); // gridDim.y
+    switch (src.op) {
+    case FP8_AS_IS: return quantize_launch<FP8_AS_IS>(cu, rows, cols, c, amax, src, R, K, e5m2, colpart);
+    case FP8_GELU: return quantize_launch<FP8_GELU>(cu, rows, cols, c, amax, src, R, K, e5m2, colpart);
+    case FP8_DGELU: return quantize_launch<FP8_DGELU>(cu, rows, cols, c, amax, src, R, K, e5m2, colpart);
     }
-    if (!cols && !colpart) { // the rows copy alone: one flat pass, 8 blocks an SM at most
+}
+
+template <int OP>
+static void quantize_launch(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, unsigned *amax, fp8_src src,
+                            int64_t R, int64_t K, bool e5m2, float *colpart) {
+    if (!c.scale) amax_launch<OP>(cu, src, R * K, amax);
+    if (OP == FP8_AS_IS && !cols && !colpart) { // the rows copy alone: one flat pass, 8 blocks an SM at most
         int64_t blocks = (R * K / FP8_VEC + FP8_THREADS - 1) / FP8_THREADS;
         quantize_rows_kernel<<<(unsigned)(blocks < 8 * cu->sms ? blocks : 8 * cu->sms), FP8_THREADS, 0, cu->stream>>>(
-            rows, c.inv, (const __nv_bfloat16 *)src, R * K, e5m2, amax, c.scale, c.record);
+            rows, c.inv, (const __nv_bfloat16 *)src.x, R * K, e5m2, amax, c.scale, c.record);
         CUDA_LAUNCH_CHECK();
         return;
     }
     dim3 grid((unsigned)quantize_chunks(R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
-    quantize_kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src, R, K, e5m2,
-                                                          amax, c.scale, c.record, colpart);
+    quantize_kernel<OP><<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src.x,
+                                                              (const __nv_bfloat16 *)src.pre, R, K, e5m2, amax,
+                                                              c.scale, c.record, colpart);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -217,9 +282,10 @@ static bool fp8_fits(const loom_cuda *cu, const cuda_gemm *g) {
     return cu->base.dtype == LOOM_BF16 && g->m % 16 == 0 && g->n % 16 == 0 && g->k % 16 == 0 && dense && aligned;
 }
 
-// A (m,k) of g as its FP8 copy (E4M3): the bf16 A is (m,k) row-major with transa, else (k,m)
-static void quantize_a(loom_cuda *cu, const cuda_gemm *g, uint8_t *a8, fp8_cast c, unsigned *amax) {
-    quantize(cu, g->transa ? a8 : NULL, g->transa ? NULL : a8, c, amax, g->a, g->transa ? g->m : g->k,
+// A (m,k) of g as its FP8 copy (E4M3), cast from src (g's bf16 A, or what it is made from): the
+// bf16 A is (m,k) row-major with transa, else (k,m)
+static void quantize_a(loom_cuda *cu, const cuda_gemm *g, uint8_t *a8, fp8_cast c, unsigned *amax, fp8_src src) {
+    quantize(cu, g->transa ? a8 : NULL, g->transa ? NULL : a8, c, amax, src, g->transa ? g->m : g->k,
              g->transa ? g->k : g->m, false);
 }
 
@@ -260,19 +326,21 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     fp8_cast ca = cuda_fp8_cast_of(cu, role_a, h.inv[0]), cb = cuda_fp8_cast_of(cu, role_b, h.inv[1]);
     fp8_head_clear(cu, h, !ca.scale || !cb.scale);
     bool b_grad = role_b == CUDA_FP8_GRAD;
-    quantize_a(cu, g, a8, ca, &h.amax[0]);
+    quantize_a(cu, g, a8, ca, &h.amax[0], as_is(g->a));
     // B (n,k): the bf16 B is (k,n) row-major with transb, else (n,k)
-    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, cb, &h.amax[1], g->b, g->transb ? g->k : g->n,
+    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, cb, &h.amax[1], as_is(g->b), g->transb ? g->k : g->n,
              g->transb ? g->n : g->k, b_grad);
     return fp8_run(cu, g, a8, ca.inv, b8, cb.inv, b_grad);
 }
 
-void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
-                       cublasStatus_t *sw) {
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
+                       cublasStatus_t *si, cublasStatus_t *sw) {
     *si = *sw = CUBLAS_STATUS_NOT_SUPPORTED;
     int64_t N = gi->n, OC = gi->k; // dout (N,OC): gi's B as it is, gw's B transposed
     LOOM_CHECK(gi->b == gw->b && !gi->transb && gw->transb && gw->k == N && gw->n == OC);
-    if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw)) return;
+    LOOM_CHECK(!gelu.inp_pre || !gw->transa); // gw's A (N,IC) as the GELU's input is
+    bool aligned = (uintptr_t)gelu.dout_pre % 16 == 0 && (uintptr_t)gelu.inp_pre % 16 == 0;
+    if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw) || !aligned) return;
     size_t d_bytes = round_up_256((size_t)(N * OC)), p_bytes = dbias ? quantize_chunks(N) * OC * sizeof(float) : 0;
     size_t a_bytes = round_up_256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes + p_bytes);
@@ -282,10 +350,12 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     fp8_cast cd = cuda_fp8_cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
     fp8_cast cx = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
     fp8_head_clear(cu, h, !cd.scale || !cw.scale || !cx.scale);
-    quantize(cu, rows, cols, cd, &h.amax[0], gi->b, N, OC, true, colpart); // one amax, one read of dout
-    quantize_a(cu, gi, a8, cw, &h.amax[1]);
+    fp8_src d = gelu.dout_pre ? fp8_src{gi->b, FP8_DGELU, gelu.dout_pre} : as_is(gi->b);
+    quantize(cu, rows, cols, cd, &h.amax[0], d, N, OC, true, colpart); // one amax, one read of dout
+    quantize_a(cu, gi, a8, cw, &h.amax[1], as_is(gi->a));
     *si = fp8_run(cu, gi, a8, cw.inv, rows, cd.inv, true);
-    quantize_a(cu, gw, a8, cx, &h.amax[2]); // a8 again: in stream order after gi's product
+    fp8_src x = gelu.inp_pre ? fp8_src{gelu.inp_pre, FP8_GELU, NULL} : as_is(gw->a);
+    quantize_a(cu, gw, a8, cx, &h.amax[2], x); // a8 again: in stream order after gi's product
     *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
     if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
         cuda_add_partials(cu, dbias, true, colpart, false, quantize_chunks(N), OC, OC);
