@@ -10,11 +10,13 @@
 #      step 14 and resumed from step 10 ends bit-identical to the whole run, and resuming it with
 #      another --fp8-history is refused
 #   3. the loss curve: gpt2 on the Brown shards, B=16 T=1024, FP8_STEPS (1000) steps in bf16 and in
-#      fp8 with each recipe: the validation losses side by side and each recipe's last relative
+#      fp8 with each recipe (delayed with --recompute gelu: its fastest form, the GELU's output
+#      handed over in FP8): the validation losses side by side and each recipe's last relative
 #      difference (mark: 1%)
 #   4. speed: `loom bench` (median of 20 steps after 3) of gpt2 B=16 and gpt2-xl B=8 (--recompute
-#      gelu) in bf16 and fp8 with each recipe, tokens/s, MFU, peak memory and the ratio; FP8_PEER=1
-#      adds the PyTorch peer of gpt2 B=16 (scripts/bench_gpu.sh's, both compile modes) in the same call
+#      gelu) in bf16 and fp8 with each recipe, and gpt2 delayed with --recompute gelu, tokens/s,
+#      MFU, peak memory and the ratio; FP8_PEER=1 adds the PyTorch peer of gpt2 B=16
+#      (scripts/bench_gpu.sh's, both compile modes) in the same call
 # Prints a table last; exit 1 when a check failed.
 NAME=fp8_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
@@ -69,6 +71,7 @@ if [ -f "$ROOT/data/brown/brown_train_000000.bin" ] && [ "$STEPS" -gt 0 ]; then
             --train-data "$ROOT/data/brown/brown_train_*.bin" --val-data "$ROOT/data/brown/brown_val_*.bin" \
             --batch 16 --seq 1024 --steps "$STEPS" --lr 6e-4 --warmup 100 --val-every $((STEPS / 10)) --val-batches 8 \
             --device cuda --precision "${p%:*}" $([ "$p" = bf16 ] || echo "--fp8-recipe ${p#*:}") \
+            $([ "$p" = fp8:delayed ] && echo "--recompute gelu") \
             --metrics "$OUTDIR/fp8_brown_${p#*:}.jsonl"
     done
     echo "gpt2 on Brown, validation loss: bf16, fp8 tensorwise, fp8 delayed"
@@ -106,12 +109,18 @@ for c in gpt2:16:none gpt2-xl:8:gelu; do
         [ "$m" = gpt2 ] && gpt2_bf16=${btps:-0} && eval "gpt2_$p=${ftps:-0}"
     done
 done
+ran "bench gpt2 delayed gelu" "$OUTDIR/fp8_bench_gpt2_delayed_gelu.log" "$LOOM" bench --model gpt2 --batch 16 \
+    --seq 1024 --steps 20 --warmup 3 --device cuda --recompute gelu --precision fp8 --fp8-recipe delayed
+read -r _ gtps gmfu gpeak < <(bench_row "$OUTDIR/fp8_bench_gpt2_delayed_gelu.log")
+gpt2_gelu=${gtps:-0}
+row "gpt2 B=16: fp8 delayed --recompute gelu tokens/s" \
+    "${gtps:-?} ($(awk -v a="${gpt2_bf16:-0}" -v b="$gpt2_gelu" 'BEGIN {printf "%.3fx", a ? b / a : 0}') bf16), MFU ${gmfu:-?}, peak ${gpeak:-?}"
 if [ -n "${FP8_PEER:-}" ]; then
     OUT=$WORK bash "$ROOT/scripts/bench_gpu.sh" gpt2:16 >"$WORK/peer.log" 2>&1 || failed=1
     ptps=$(python3 -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"]))' \
         "$WORK/bench_torch_gpt2_16.json" 2>/dev/null)
     ratio() { awk -v a="${ptps:-0}" -v b="$1" 'BEGIN {printf "%.3fx", a ? b / a : 0}'; }
     row "gpt2 B=16: PyTorch peer tokens/s; loom / peer" \
-        "${ptps:-?}; fp8 delayed $(ratio "${gpt2_delayed:-0}"), tensorwise $(ratio "${gpt2_tensorwise:-0}"), bf16 $(ratio "$gpt2_bf16")"
+        "${ptps:-?}; fp8 delayed $(ratio "${gpt2_delayed:-0}") (--recompute gelu $(ratio "$gpt2_gelu")), tensorwise $(ratio "${gpt2_tensorwise:-0}"), bf16 $(ratio "$gpt2_bf16")"
 fi
 finish

@@ -121,7 +121,7 @@ struct loom_backend {
     // The linear layer whose slots the matmul ops use until it is set again (with fp8_history):
     // an index >= 0 the caller keeps for that layer (the model: its weight's parameter index),
     // the same for its forward and its backward; -1 (the default): none, the current amaxes.
-    // mlp_backward takes two: fp8_site names its fcproj layer and fp8_site_fc its fc layer.
+    // mlp_forward and mlp_backward take two: fp8_site names the fcproj layer, fp8_site_fc the fc layer.
     int fp8_site, fp8_site_fc;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
@@ -266,6 +266,16 @@ struct loom_backend {
     //   dinp (N,C) = (dout @ w) * gelu'(pre), pre (N,C) the GELU's input; dw +=, dbias += as matmul_backward
     void (*matmul_gelu_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                                  loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+    // The MLP  pre (N,OC) = inp (N,C) @ fcw^T + fcb,  act (N,OC) = gelu(pre),  out (N,C) = act @ projw^T + projb:
+    // matmul_gelu_forward of the fc layer, then matmul_forward of the fcproj layer
+    // (loom_mlp_forward_ops). With act_kept false the backward recomputes act where it reads it
+    // (mlp_backward's act_kept), so act need not be written here: a backend may hand the GELU's
+    // output to the fcproj product in another form (FP8 with delayed scaling: the fc product
+    // writes it in E4M3, backend/cuda/fp8.cu). fcw (OC,C), projw (C,OC); a bias's data may be NULL.
+    // Under FP8 delayed scaling the fc layer takes the slots of site fp8_site_fc, the fcproj
+    // layer fp8_site's.
+    void (*mlp_forward)(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
+                        loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb);
     // The backward of the MLP  pre = inp @ fcw^T + fcb,  act = gelu(pre),  out = act @ projw^T + projb
     // from dout (N,C) = d(loss)/d(out): matmul_gelu_backward of the fcproj layer, then
     // matmul_backward of the fc layer (loom_mlp_backward_ops), so that a backend may put the
@@ -395,6 +405,10 @@ int loom_backend_device_count(const char *device);
 // sysconf's free and total pages where it cannot be read).
 void loom_host_memory_info(size_t *available, size_t *total);
 
+// mlp_forward as the plain ops in sequence (act written whatever act_kept says): the CPU's, and the
+// CUDA backend's outside FP8 delayed scaling.
+void loom_mlp_forward_ops(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
+                          loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb);
 // mlp_backward as the plain ops in sequence: gelu_forward (act, unless act_kept, when the
 // weight gradients are computed), matmul_gelu_backward, matmul_backward (the CPU's, and the
 // CUDA backend's outside FP8).

@@ -136,7 +136,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     int i = l - v->first;
     loom_tensor ln1 = layer(&a->ln1, i), qkv = layer(&a->qkv, i), atty = layer(&a->atty, i);
     loom_tensor residual2 = layer(&a->residual2, i), ln2 = layer(&a->ln2, i);
-    loom_tensor fch = layer(&a->fch, i), fch_gelu = layer(&a->fch_gelu, i), out = v->proj_local;
+    loom_tensor fch = layer(&a->fch, i), fch_gelu = layer(&a->fch_gelu, i), out = v->proj_local, fcw, projw;
     be->layernorm_forward(be, gpt2_mine(m, v, ln1), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i), x,
                           gpt2_param(m, l, B_LN1W), gpt2_param(m, l, B_LN1B));
     tp_gather(m, ln1, gpt2_mine(m, v, ln1));
@@ -148,8 +148,9 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
                                    layer(&a->ln2_rstd, i), x, out, gpt2_param(m, l, B_LN2W),
                                    gpt2_param(m, l, B_LN2B));
     tp_gather(m, ln2, gpt2_mine(m, v, ln2));
-    be->matmul_gelu_forward(be, fch_gelu, fch, ln2, linear_weight(m, l, B_FCW), gpt2_param(m, l, B_FCB));
-    be->matmul_forward(be, partial(v, out), fch_gelu, linear_weight(m, l, B_FCPROJW), gpt2_applied(m, l, B_FCPROJB));
+    mlp_weights(m, l, &fcw, &projw); // gelu(fch) need not be kept when the backward recomputes it
+    be->mlp_forward(be, partial(v, out), fch, fch_gelu, m->recompute != LOOM_RECOMPUTE_GELU, ln2, fcw,
+                    gpt2_param(m, l, B_FCB), projw, gpt2_applied(m, l, B_FCPROJB));
     tp_reduce(m, out, partial(v, out));
     be->residual_forward(be, layer(&a->residual3, i), residual2, out);
     no_site(m);

@@ -105,6 +105,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .residual_forward = cpu_residual_forward,
         .matmul_gelu_forward = cpu_matmul_gelu_forward,
         .matmul_gelu_backward = cpu_matmul_gelu_backward,
+        .mlp_forward = loom_mlp_forward_ops,
         .mlp_backward = loom_mlp_backward_ops,
         .residual_layernorm_forward = cpu_residual_layernorm_forward,
         .softmax_crossentropy = cpu_softmax_crossentropy,

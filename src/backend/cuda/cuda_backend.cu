@@ -239,6 +239,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .residual_forward = cuda_residual_forward,
         .matmul_gelu_forward = cuda_matmul_gelu_forward,
         .matmul_gelu_backward = cuda_matmul_gelu_backward,
+        .mlp_forward = cuda_mlp_forward,
         .mlp_backward = cuda_mlp_backward,
         .residual_layernorm_forward = cuda_residual_layernorm_forward,
         .softmax_crossentropy = cuda_softmax_crossentropy,

@@ -171,6 +171,10 @@ typedef struct {
     const float *scale_a, *scale_b;
     cudaDataType_t type_a, type_b;
     bool fast_accum;
+    // With FP8 operands, D in E4M3 when set: D = fp8(*scale_d (the product + epilogue)), saturated;
+    // the epilogue's bias and aux stay in bf16 (an FP8 output GEMM, as Transformer Engine's).
+    // Needs an aux and beta 0 (cuda_gemm_run hands cuBLASLt the aux as C, unread).
+    const float *scale_d;
 } cuda_gemm;
 // Runs g and returns CUBLAS_STATUS_SUCCESS, or returns why cuBLASLt has no algorithm for it
 // (nothing run). The heuristic's answer per shape, types and alignments is cached.
@@ -202,6 +206,17 @@ typedef struct {
 // a gelu tensor is not 16-byte aligned).
 void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
                        cublasStatus_t *si, cublasStatus_t *sw);
+// The MLP's two forward products from FP8 copies with the GELU's output handed over in FP8
+// (delayed scaling): gf the fc product (GELU_AUX epilogue: aux pre, D the GELU's output), gp the
+// fcproj product, whose B is gf's D. gf writes that D as E4M3 by the fcproj layer's input scale,
+// which delayed scaling knows before the product, and gp reads it so: the GELU's output is never
+// written in bf16 nor cast. Its amax is not recorded here: the backward's cast of gelu(pre) into
+// the same slot does (cuda_fp8_backward's inp_pre). The fc layer's casts take the slots of site
+// site_fc, the fcproj layer's those of site_proj. NOT_SUPPORTED, running nothing, when the fcproj
+// layer's input slot has no history yet (or delayed scaling is off) or a product does not suit
+// FP8; another failure of cuBLASLt's is returned as it is (the caller runs the plain ops).
+cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,
+                                    int site_proj);
 
 // ---- FP8 delayed scaling's slots (fp8_scaling.cu) ----
 #define CUDA_FP8_E4M3_MAX 448.0f   // the largest finite E4M3 (inputs, weights)
@@ -251,6 +266,8 @@ void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre
                               loom_tensor w, loom_tensor bias);
 void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                                loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
+void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
+                      loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb);
 void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,
                        loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout, loom_tensor inp, loom_tensor fcw,
                        loom_tensor pre, loom_tensor act, bool act_kept, loom_tensor projw);

@@ -20,7 +20,8 @@
 // backward take the forward's slots: the same tensors, so the same scales.
 // An MLP's GELU folds into the casts of its two layers' backward (cuda_fp8_backward's gelu): the
 // fcproj layer's input copy is cast from gelu(pre), and the fc layer's output gradient from
-// dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16.
+// dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16; under
+// delayed scaling the fc product's forward writes that output in FP8 itself (cuda_fp8_mlp_forward).
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/gelu.cuh"
 
@@ -359,4 +360,32 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
     if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
         cuda_add_partials(cu, dbias, true, colpart, false, quantize_chunks(N), OC, OC);
+}
+
+cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,
+                                    int site_proj) {
+    LOOM_CHECK(gp->b == gf->d && gp->k == gf->m && gp->n == gf->n && gf->transa && !gf->transb && gp->transa &&
+               !gp->transb); // gp's B (N,OC) is gf's D, both products in the forward's layout
+    if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t act_bytes = round_up_256((size_t)(gf->m * gf->n)), fw_bytes = round_up_256((size_t)(gf->m * gf->k));
+    size_t in_bytes = round_up_256((size_t)(gf->n * gf->k)), pw_bytes = round_up_256((size_t)(gp->m * gp->k));
+    char *base = (char *)cuda_scratch(cu, FP8_HEAD + act_bytes + fw_bytes + in_bytes + pw_bytes);
+    fp8_head h = fp8_head_of(base);
+    uint8_t *act8 = (uint8_t *)base + FP8_HEAD, *fw8 = act8 + act_bytes, *in8 = fw8 + fw_bytes, *pw8 = in8 + in_bytes;
+    int site = cu->base.fp8_site;
+    cu->base.fp8_site = site_proj;
+    fp8_cast cact = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, NULL), cpw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[0]);
+    cu->base.fp8_site = site_fc;
+    fp8_cast cfw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]), cin = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
+    cu->base.fp8_site = site;
+    if (!cact.scale) return CUBLAS_STATUS_NOT_SUPPORTED;
+    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
+    quantize_a(cu, gf, fw8, cfw, &h.amax[1], as_is(gf->a));
+    quantize(cu, in8, NULL, cin, &h.amax[2], as_is(gf->b), gf->n, gf->k, false);
+    cuda_gemm f = *gf;
+    f.d = act8, f.scale_d = cact.scale;
+    cublasStatus_t st = fp8_run(cu, &f, fw8, cfw.inv, in8, cin.inv, false);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    quantize_a(cu, gp, pw8, cpw, &h.amax[0], as_is(gp->a));
+    return fp8_run(cu, gp, pw8, cpw.inv, act8, cact.inv, false);
 }

@@ -24,7 +24,7 @@
 
 typedef struct { // what the heuristic's answer depends on (no padding: hashed as bytes)
     int64_t m, n, k, lda, ldb, ldd;
-    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, zero; // zero: no padding
+    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, type_d;
     uint32_t align_a, align_b, align_d, align_aux;
 } lt_key;
 
@@ -64,6 +64,11 @@ static void lt_set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenc
 cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     cudaDataType_t type = cu->base.dtype == LOOM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType_t type_a = g->scale_a ? g->type_a : type, type_b = g->scale_a ? g->type_b : type;
+    // An FP8 D takes C in bf16 at another address (C == D is in place, with one layout for both):
+    // the aux's, unread as C at beta 0
+    cudaDataType_t type_d = g->scale_d ? CUDA_R_8F_E4M3 : type;
+    LOOM_CHECK(!g->scale_d || (g->aux && g->beta == 0.0f));
+    const void *c = g->scale_d ? g->aux : g->d;
     int8_t fast = g->scale_a && g->fast_accum;
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -82,13 +87,15 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         lt_set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
         if (g->bias) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
         if (g->aux) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type);
+        if (g->scale_d) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &g->scale_d, sizeof g->scale_d);
     }
-    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, type, g->m, g->n, g->ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type_d, g->m, g->n, g->ldd));
     lt_key key = {g->m, g->n, g->k, g->lda, g->ldb, g->ldd, g->transa, g->transb, (int32_t)g->epilogue,
-                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, 0, lt_alignment(g->a),
+                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, (int32_t)type_d, lt_alignment(g->a),
                   lt_alignment(g->b), lt_alignment(g->d), g->aux ? lt_alignment(g->aux) : 0};
     lt_algo *hit;
     HASH_FIND(hh, cu->algos, &key, sizeof key, hit);
@@ -105,7 +112,7 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
         cublasLtMatmulHeuristicResult_t heur = {};
         int found = 0;
-        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, lc, ld, pref, 1, &heur, &found);
         if (hit->status == CUBLAS_STATUS_SUCCESS && (found == 0 || heur.state != CUBLAS_STATUS_SUCCESS))
             hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
         hit->algo = heur.algo;
@@ -115,10 +122,11 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     cublasStatus_t st = hit->status;
     if (st == CUBLAS_STATUS_SUCCESS) {
         float alpha = 1.0f;
-        CUBLAS_CHECK(cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, g->d, ld, g->d, ld,
+        CUBLAS_CHECK(cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, c, lc, g->d, ld,
                                     &hit->algo, cu->workspace, cu->workspace_bytes, cu->stream));
     }
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
@@ -198,6 +206,31 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
     }
     cuda_matmul_forward(be, pre, inp, w, bias); // checks the shapes
     cuda_gelu_forward(be, out, pre);
+}
+
+// Under precision fp8 with delayed scaling and act not kept (--recompute gelu: the backward
+// recomputes or skips it), the fc product hands the GELU's output to the fcproj product in FP8
+// (cuda_fp8_mlp_forward); otherwise, or where that declines, the two plain ops.
+extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
+                                 loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw,
+                                 loom_tensor projb) {
+    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&fcw);
+    bool shapes = N > 0 && C > 0 && OC > 0 && loom_cols(&fcw) == C && loom_rows(&projw) == C && loom_cols(&projw) == OC &&
+                  loom_rows(&pre) == N && loom_cols(&pre) == OC && loom_numel(&act) == N * OC &&
+                  loom_rows(&out) == N && loom_cols(&out) == C;
+    bool bf16 = be->dtype == LOOM_BF16 && cuda_act(be, inp) && cuda_act(be, fcw) && cuda_act(be, pre) &&
+                cuda_act(be, projw) && cuda_act(be, out) && (!fcb.data || cuda_act(be, fcb)) &&
+                (!projb.data || cuda_act(be, projb));
+    if (be->fp8 && !act_kept && shapes && bf16) {
+        cuda_gemm gf = dense_gemm(fcw.data, inp.data, act.data, OC, N, C, true, false, 0.0f);
+        gf.epilogue = fcb.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        gf.bias = fcb.data, gf.aux = pre.data;
+        cuda_gemm gp = dense_gemm(projw.data, act.data, out.data, C, N, OC, true, false, 0.0f);
+        gp.epilogue = projb.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+        gp.bias = projb.data;
+        if (cuda_fp8_mlp_forward(cuda_of(be), &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
+    }
+    loom_mlp_forward_ops(be, out, pre, act, act_kept, inp, fcw, fcb, projw, projb);
 }
 
 // The dinp product dinp (N,C) = dout (N,OC) @ w (OC,C) and the dw product dw (OC,C) += dout^T inp
