@@ -104,7 +104,7 @@ int loom_cmd_bench(int argc, char **argv) {
     }
     int rank = loom_comm_rank(world), W = loom_comm_size(world);
     loom_log_set_rank(rank, W);
-    const char *model = "gpt2", *recompute = "none", *offload = "";
+    const char *model = "gpt2", *recompute = "auto", *offload = "";
     int steps = 3, warmup = 1, layers = 0, heads = 0, channels = 0;
     float peak_tflops = 0;
     loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .bucket_mb = 25, .seed = 1337,
@@ -123,7 +123,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"steps", FLAG_INT, &steps, "timed steps", 1, 1000000},
         {"warmup", FLAG_INT, &warmup, "untimed steps first", 0, 1000000},
         {"peak-tflops", FLAG_FLOAT, &peak_tflops, CLI_PEAK_HELP, 0, FLT_MAX},
-        {"recompute", FLAG_STR, &recompute, "none, gelu or full"},
+        {"recompute", FLAG_STR, &recompute, CLI_RECOMPUTE_HELP},
         {"cuda-graphs", FLAG_BOOL, &c.cuda_graphs, "replay each step as one recorded CUDA graph (one rank; bwd ms then includes the optimizer)"},
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
@@ -147,7 +147,7 @@ int loom_cmd_bench(int argc, char **argv) {
     if (s == LOOM_OK && !help && W % c.tp != 0)
         s = loom_fail(LOOM_EINVAL, "use a --tp that divides the ranks", "--tp %d does not divide the %d ranks", c.tp, W);
     if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
-    if (s == LOOM_OK && !help) s = loom_recompute_parse(recompute, &c.recompute);
+    if (s == LOOM_OK && !help) s = cli_recompute_parse(recompute, c.precision, &c.recompute);
     if (s == LOOM_OK && !help) s = train_offload_parse(offload, &c);
     int per_step = c.batch * (W / c.tp); // one micro-batch on every data-parallel rank
     if (s == LOOM_OK && !help && c.global_batch % per_step != 0)

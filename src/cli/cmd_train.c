@@ -171,7 +171,7 @@ static void print_config(const run *r) {
     cli_table_row("device", "%s, %s, %d thread%s per rank", t->be->name, loom_backend_precision(t->be),
                   omp_get_max_threads(), cli_s(omp_get_max_threads()));
     cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW on the %s", pmem, amem,
-                  o->recompute, omem, t->be->name);
+                  loom_recompute_name(o->run.recompute), omem, t->be->name);
     if (mem.offloaded)
         cli_table_row("offloaded", "%s in host memory (%s)", hmem, o->offload);
     cli_table_rule();

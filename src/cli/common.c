@@ -26,6 +26,14 @@ loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m) {
     return s;
 }
 
+loom_status cli_recompute_parse(const char *name, const char *precision, loom_recompute *mode) {
+    if (strcmp(name, "auto") == 0) name = strcmp(precision, "fp8") == 0 ? "gelu" : "none";
+    loom_status s = loom_recompute_parse(name, mode);
+    if (s != LOOM_OK)
+        return loom_fail(LOOM_EINVAL, "modes are: auto, none, gelu, full", "unknown --recompute mode '%s'", name);
+    return LOOM_OK;
+}
+
 loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq, int vocab,
                              loom_gpt2_config *cfg) {
     LOOM_TRY(loom_gpt2_config_named(name, cfg));

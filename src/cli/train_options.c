@@ -86,7 +86,7 @@ static loom_status validate(train_options *o, int world_size) {
                          (double)o->min_lr, (double)a->lr);
     r->lr = (loom_lr_schedule){.max_lr = a->lr, .min_lr = o->min_lr, .warmup = o->warmup, .total = o->steps};
     LOOM_TRY(loom_lr_kind_parse(o->schedule, &r->lr.kind));
-    LOOM_TRY(loom_recompute_parse(o->recompute, &r->recompute));
+    LOOM_TRY(cli_recompute_parse(o->recompute, r->precision, &r->recompute));
     LOOM_TRY(train_offload_parse(o->offload, r));
     if (strcmp(r->device_comm, "nccl") != 0 && strcmp(r->device_comm, "mpi") != 0)
         return loom_fail(LOOM_EINVAL, "use --device-comm nccl or mpi", "unknown --device-comm '%s'", r->device_comm);
@@ -111,7 +111,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
                                            .weight_decay = 0.1f, .grad_clip = 1.0f},
                                  .device = "auto", .precision = "auto", .device_comm = "nccl", .cp_style = "ring"},
                          .model = "gpt2-mini", .steps = 100, .schedule = "cosine", .min_lr = -1, .seed = 1337,
-                         .val_batches = 20, .sample_tokens = 64, .bucket_mb = 25, .recompute = "none",
+                         .val_batches = 20, .sample_tokens = 64, .bucket_mb = 25, .recompute = "auto",
                          .offload = ""};
     loom_train_config *r = &o->run;
     const loom_flag flags[] = {
@@ -157,7 +157,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"fp8-recipe", FLAG_STR, &r->fp8_recipe, CLI_FP8_RECIPE_HELP},
         {"fp8-history", FLAG_INT, &r->fp8_history, CLI_FP8_HISTORY_HELP, CLI_FP8_HISTORY_RANGE},
         {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},
-        {"recompute", FLAG_STR, &o->recompute, "activations backward recomputes: none, gelu (the GELU output), full (whole blocks)"},
+        {"recompute", FLAG_STR, &o->recompute, CLI_RECOMPUTE_HELP},
         {"cuda-graphs", FLAG_BOOL, &r->cuda_graphs, "replay each step (zeroed gradients, every micro-batch's forward and backward, the norm, clipping, AdamW) as one recorded CUDA graph (one GPU, one rank): fewer kernel launches, no host round trip inside the step"},
         {"offload", FLAG_STR, &o->offload, "what lives in host memory (comma list): optimizer (AdamW state, stepped on the CPU cores: ZeRO-Offload), params (ZeRO 3's parameter shard; with --zero 3 and optimizer), activations (each block's saved activations)"},
         {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)", 1, 1024},

@@ -315,10 +315,13 @@ size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded) {
     return total;
 }
 
+static const char *const recompute_names[] = {"none", "gelu", "full"};
+
+const char *loom_recompute_name(loom_recompute mode) { return recompute_names[mode]; }
+
 loom_status loom_recompute_parse(const char *name, loom_recompute *mode) {
-    const char *names[] = {"none", "gelu", "full"};
     for (int i = 0; i < 3; i++)
-        if (strcmp(name, names[i]) == 0) {
+        if (strcmp(name, recompute_names[i]) == 0) {
             *mode = (loom_recompute)i;
             return LOOM_OK;
         }

@@ -60,6 +60,8 @@ typedef enum {
 
 // "none", "gelu" or "full". Errors: LOOM_EINVAL naming the unknown mode.
 loom_status loom_recompute_parse(const char *name, loom_recompute *mode);
+// The mode's name, as loom_recompute_parse takes it ("none", "gelu", "full").
+const char *loom_recompute_name(loom_recompute mode);
 
 // Where a model object sits in a parallel layout: its pipeline stage and its tensor-parallel
 // shard (rank tp_rank of tp_size), whether the residual stream's rows are split over the same

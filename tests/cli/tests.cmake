@@ -18,3 +18,4 @@ foreach(case version_help wording metrics_resume plot tensorboard install docs_c
                    ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
 loom_test(cli_eta SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_eta.c)
+loom_test(cli_recompute SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_recompute.c)

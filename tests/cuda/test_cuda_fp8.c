@@ -1,18 +1,18 @@
 // The FP8 products of precision "fp8" (backend/cuda/fp8.cu) against the CPU backend's fp32 ops on
 // operands rounded on the host as the recipe says: one scale per tensor, s = FMAX / amax, x8 =
 // round-to-nearest-even of x s in E4M3 (inputs, weights) or E5M2 (output gradients), saturated;
-// products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the
-// GELU form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias +=
-// (dbias from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp)
-// and its forward with the GELU's output in FP8 (test_mlp_forward). A product must match the rounded reference within 1e-2, norm-relative (the bf16
-// mode's bound: bf16 outputs, dw += rounded twice, the GELU epilogues' own gelu'; 3e-3 to 6e-3 on
-// an H100), and be at least 4 times closer to it than to the unrounded one (about 0.06 away), so a
-// product computed in bf16 fails. Shapes with a dim that is not a multiple of 16 take the bf16
-// path and must match the unrounded reference, as must dinp with the GELU backward folded in (the
-// DGELU product stays in bf16: matmul.cu). Delayed scaling (fp8_history, test_delayed): seven steps
-// of a layer's three products against references rounded with the scales of a host model of its
-// slots' amax histories, and the slots' recorded amaxes exact. Exit 77 (skipped) without a CUDA
-// device.
+// products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the GELU
+// form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias += (dbias
+// from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp) and its
+// forward with the GELU's output in FP8 (test_mlp_forward). A product must match the rounded
+// reference within 1e-2, norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice,
+// the GELU epilogues' own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it
+// than to the unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a
+// dim that is not a multiple of 16 take the bf16 path and must match the unrounded reference, as
+// must dinp with the GELU backward folded in (the DGELU product stays in bf16: matmul.cu). Delayed
+// scaling (fp8_history, test_delayed): seven steps of a layer's three products against references
+// rounded with the scales of a host model of its slots' amax histories, and the slots' recorded
+// amaxes exact. Exit 77 (skipped) without a CUDA device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2
