@@ -107,7 +107,7 @@ static loom_tensor linear_weight(const loom_gpt2 *m, int l, int k) {
     return gpt2_param(m, l, k);
 }
 
-// Block l's MLP weights for mlp_backward, naming its two layers' sites as linear_weight does
+// Block l's MLP weights for mlp_forward and mlp_backward, naming its two layers' sites as linear_weight does
 // (backend.h's fp8_site_fc: the fc layer's, fp8_site: the fcproj layer's).
 static void mlp_weights(const loom_gpt2 *m, int l, loom_tensor *fcw, loom_tensor *projw) {
     *fcw = linear_weight(m, l, B_FCW);

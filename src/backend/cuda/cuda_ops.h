@@ -232,6 +232,8 @@ typedef struct {
 // slot's history once it has one, else by the current amax with 1/s into `inv` (and the slot's
 // amax raised either way); without delayed scaling or a site, by the current amax alone.
 fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv);
+// Whether operand `role` of site `site` has a history under delayed scaling (its casts scale by it).
+bool cuda_fp8_ready(const loom_cuda *cu, int site, cuda_fp8_role role);
 // Frees delayed scaling's slots (at destroy).
 void cuda_fp8_free(loom_cuda *cu);
 

@@ -367,18 +367,24 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     LOOM_CHECK(gp->b == gf->d && gp->k == gf->m && gp->n == gf->n && gf->transa && !gf->transb && gp->transa &&
                !gp->transb); // gp's B (N,OC) is gf's D, both products in the forward's layout
     if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!cuda_fp8_ready(cu, site_proj, CUDA_FP8_INPUT)) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t act_bytes = round_up_256((size_t)(gf->m * gf->n)), fw_bytes = round_up_256((size_t)(gf->m * gf->k));
     size_t in_bytes = round_up_256((size_t)(gf->n * gf->k)), pw_bytes = round_up_256((size_t)(gp->m * gp->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + act_bytes + fw_bytes + in_bytes + pw_bytes);
     fp8_head h = fp8_head_of(base);
     uint8_t *act8 = (uint8_t *)base + FP8_HEAD, *fw8 = act8 + act_bytes, *in8 = fw8 + fw_bytes, *pw8 = in8 + in_bytes;
-    int site = cu->base.fp8_site;
-    cu->base.fp8_site = site_proj;
-    fp8_cast cact = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, NULL), cpw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[0]);
-    cu->base.fp8_site = site_fc;
-    fp8_cast cfw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]), cin = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
+    // [fc, fcproj][input, weight], the higher site's first: a site's first cast may move the slots
+    // (to make room), which would leave pointers taken before it stale
+    fp8_cast c[2][2];
+    int site = cu->base.fp8_site, high = site_proj > site_fc;
+    for (int j = 0; j < 2; j++) {
+        int layer = j == 0 ? high : !high;
+        cu->base.fp8_site = layer ? site_proj : site_fc;
+        c[layer][0] = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, layer ? NULL : h.inv[2]); // the fcproj one: ready
+        c[layer][1] = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[layer]);
+    }
     cu->base.fp8_site = site;
-    if (!cact.scale) return CUBLAS_STATUS_NOT_SUPPORTED;
+    fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
     quantize_a(cu, gf, fw8, cfw, &h.amax[1], as_is(gf->a));
     quantize(cu, in8, NULL, cin, &h.amax[2], as_is(gf->b), gf->n, gf->k, false);

@@ -90,6 +90,12 @@ fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
     return fp8_cast{NULL, inv, record};
 }
 
+bool cuda_fp8_ready(const loom_cuda *cu, int site, cuda_fp8_role role) {
+    const cuda_fp8_slots *f = cu->fp8;
+    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
+    return cu->base.fp8_history > 0 && site >= 0 && f && i < f->n && f->state[i] == SLOT_READY;
+}
+
 // One block: with push, slot s's amax into column *pos of its ring (a non-finite amax as 0) and
 // zeroed, then *pos moves on; its scale from the ring's max (E5M2 for output gradients).
 __global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos, int64_t n, int H, bool push) {
