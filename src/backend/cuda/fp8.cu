@@ -290,6 +290,14 @@ static void quantize_a(loom_cuda *cu, const cuda_gemm *g, uint8_t *a8, fp8_cast 
              g->transa ? g->k : g->m, false);
 }
 
+// B (n,k) of g as its FP8 copy, cast from src (g's bf16 B): the bf16 B is (k,n) row-major with
+// transb, else (n,k); E5M2 for an output gradient
+static void quantize_b(loom_cuda *cu, const cuda_gemm *g, uint8_t *b8, fp8_cast c, unsigned *amax, fp8_src src,
+                       bool grad) {
+    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, c, amax, src, g->transb ? g->k : g->n,
+             g->transb ? g->n : g->k, grad);
+}
+
 // g from a8 (m,k) and b8 (n,k) with their scales
 static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *a8, const float *inv_a,
                               const uint8_t *b8, const float *inv_b, bool b_grad) {
@@ -328,9 +336,7 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     fp8_head_clear(cu, h, !ca.scale || !cb.scale);
     bool b_grad = role_b == CUDA_FP8_GRAD;
     quantize_a(cu, g, a8, ca, &h.amax[0], as_is(g->a));
-    // B (n,k): the bf16 B is (k,n) row-major with transb, else (n,k)
-    quantize(cu, g->transb ? NULL : b8, g->transb ? b8 : NULL, cb, &h.amax[1], as_is(g->b), g->transb ? g->k : g->n,
-             g->transb ? g->n : g->k, b_grad);
+    quantize_b(cu, g, b8, cb, &h.amax[1], as_is(g->b), b_grad);
     return fp8_run(cu, g, a8, ca.inv, b8, cb.inv, b_grad);
 }
 
@@ -387,7 +393,7 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
     quantize_a(cu, gf, fw8, cfw, &h.amax[1], as_is(gf->a));
-    quantize(cu, in8, NULL, cin, &h.amax[2], as_is(gf->b), gf->n, gf->k, false);
+    quantize_b(cu, gf, in8, cin, &h.amax[2], as_is(gf->b), false);
     cuda_gemm f = *gf;
     f.d = act8, f.scale_d = cact.scale;
     cublasStatus_t st = fp8_run(cu, &f, fw8, cfw.inv, in8, cin.inv, false);

@@ -170,17 +170,40 @@ __global__ void add_bias_kernel(void *out, const void *bias, int64_t N, int64_t 
     GRID_STRIDE(i, N * OC) stx(out, i, ldx(out, i, bf) + ldx(bias, i % OC, bf), bf);
 }
 
-extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp,
-                                    loom_tensor w, loom_tensor bias) {
-    loom_cuda *cu = cuda_of(be);
+// A linear layer's forward operands checked: out (N,OC), inp (N,C), w (OC,C), bias (OC) or none,
+// of one activation dtype; returns whether it is bf16
+static bool check_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w, loom_tensor bias) {
     bool bf = cuda_act(be, inp);
     int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
     LOOM_CHECK(N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && cuda_act(be, out) == bf);
     LOOM_CHECK(loom_cols(&w) == C && loom_rows(&out) == N && loom_cols(&out) == OC);
     if (bias.data) LOOM_CHECK(cuda_act(be, bias) == bf && loom_numel(&bias) == OC);
-    cuda_gemm g = dense_gemm(w.data, inp.data, out.data, OC, N, C, true, false, 0.0f);
+    return bf;
+}
+
+// The forward product out^T (OC,N) = w (OC,C) . inp (N,C) with the bias epilogue (none without a bias)
+static cuda_gemm forward_gemm(loom_tensor out, loom_tensor inp, loom_tensor w, loom_tensor bias) {
+    cuda_gemm g = dense_gemm(w.data, inp.data, out.data, loom_rows(&w), loom_rows(&inp), loom_cols(&inp), true, false,
+                             0.0f);
     g.epilogue = bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = bias.data;
+    return g;
+}
+
+// The same with the GELU in the epilogue: out = gelu(pre), pre (the product + bias) kept as the aux
+static cuda_gemm gelu_gemm(loom_tensor out, loom_tensor pre, loom_tensor inp, loom_tensor w, loom_tensor bias) {
+    cuda_gemm g = forward_gemm(out, inp, w, bias);
+    g.epilogue = bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    g.aux = pre.data;
+    return g;
+}
+
+extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp,
+                                    loom_tensor w, loom_tensor bias) {
+    loom_cuda *cu = cuda_of(be);
+    bool bf = check_forward(be, out, inp, w, bias);
+    int64_t N = loom_rows(&out), OC = loom_cols(&out);
+    cuda_gemm g = forward_gemm(out, inp, w, bias);
     if (product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
     LOOM_CHECK(bias.data); // no algorithm even without an epilogue
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -192,19 +215,11 @@ extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tens
 
 extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre,
                                          loom_tensor inp, loom_tensor w, loom_tensor bias) {
-    loom_cuda *cu = cuda_of(be);
-    bool bf = cuda_act(be, inp);
-    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&w);
-    LOOM_CHECK(cuda_act(be, out) == bf && cuda_act(be, pre) == bf && loom_rows(&out) == N &&
-               loom_cols(&out) == OC && loom_rows(&pre) == N && loom_cols(&pre) == OC);
-    if (bf && N > 0 && C > 0 && OC > 0 && cuda_act(be, w) == bf && loom_cols(&w) == C) {
-        cuda_gemm g = dense_gemm(w.data, inp.data, out.data, OC, N, C, true, false, 0.0f);
-        g.epilogue = bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        g.bias = bias.data, g.aux = pre.data;
-        if (!bias.data || (cuda_act(be, bias) == bf && loom_numel(&bias) == OC))
-            if (product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
-    }
-    cuda_matmul_forward(be, pre, inp, w, bias); // checks the shapes
+    bool bf = check_forward(be, pre, inp, w, bias);
+    LOOM_CHECK(cuda_act(be, out) == bf && loom_rows(&out) == loom_rows(&pre) && loom_cols(&out) == loom_cols(&pre));
+    cuda_gemm g = gelu_gemm(out, pre, inp, w, bias);
+    if (bf && product(cuda_of(be), &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
+    cuda_matmul_forward(be, pre, inp, w, bias);
     cuda_gelu_forward(be, out, pre);
 }
 
@@ -214,20 +229,10 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
 extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
                                  loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw,
                                  loom_tensor projb) {
-    int64_t N = loom_rows(&inp), C = loom_cols(&inp), OC = loom_rows(&fcw);
-    bool shapes = N > 0 && C > 0 && OC > 0 && loom_cols(&fcw) == C && loom_rows(&projw) == C && loom_cols(&projw) == OC &&
-                  loom_rows(&pre) == N && loom_cols(&pre) == OC && loom_numel(&act) == N * OC &&
-                  loom_rows(&out) == N && loom_cols(&out) == C;
-    bool bf16 = be->dtype == LOOM_BF16 && cuda_act(be, inp) && cuda_act(be, fcw) && cuda_act(be, pre) &&
-                cuda_act(be, projw) && cuda_act(be, out) && (!fcb.data || cuda_act(be, fcb)) &&
-                (!projb.data || cuda_act(be, projb));
-    if (be->fp8 && !act_kept && shapes && bf16) {
-        cuda_gemm gf = dense_gemm(fcw.data, inp.data, act.data, OC, N, C, true, false, 0.0f);
-        gf.epilogue = fcb.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-        gf.bias = fcb.data, gf.aux = pre.data;
-        cuda_gemm gp = dense_gemm(projw.data, act.data, out.data, C, N, OC, true, false, 0.0f);
-        gp.epilogue = projb.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-        gp.bias = projb.data;
+    if (be->fp8 && !act_kept) { // (fp8: a bf16 backend)
+        check_forward(be, pre, inp, fcw, fcb);
+        check_forward(be, out, act, projw, projb);
+        cuda_gemm gf = gelu_gemm(act, pre, inp, fcw, fcb), gp = forward_gemm(out, act, projw, projb);
         if (cuda_fp8_mlp_forward(cuda_of(be), &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
     }
     loom_mlp_forward_ops(be, out, pre, act, act_kept, inp, fcw, fcb, projw, projb);
