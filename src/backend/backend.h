@@ -123,6 +123,12 @@ struct loom_backend {
     // the same for its forward and its backward; -1 (the default): none, the current amaxes.
     // mlp_forward and mlp_backward take two: fp8_site names the fcproj layer, fp8_site_fc the fc layer.
     int fp8_site, fp8_site_fc;
+    // The linear layer whose input the next LayerNorm op's output is (layernorm_forward,
+    // residual_layernorm_forward), named as fp8_site names it; -1 (the default): none. Under
+    // delayed scaling, once that layer's input slot has a history, the CUDA backend's LayerNorm
+    // also writes its output's FP8 copy, which that layer's forward product then takes in place
+    // of its cast: the same bytes and amax, one pass fewer (backend/cuda/fp8_kept.cu).
+    int fp8_site_ln;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
@@ -356,6 +362,16 @@ struct loom_backend {
     // A step begins: every slot's amax zeroed (what casts outside training raised counts for
     // nothing). In order with the ops (a graph can record it).
     void (*fp8_begin)(loom_backend *be);
+    // After fp8_begin: the FP8 copies of weights w[0..n) (bf16 (OC,C) each; sites[i] the linear
+    // layer whose weight w[i] is, as fp8_site names it), its rows and its transpose, made in one
+    // launch and kept until the next fp8_roll, when every weight's slot has a history (else
+    // nothing: the matmul ops cast as before). Its amax is recorded in its slot as a cast's is.
+    // A matmul op of site sites[i] whose weight is w[i] then takes the copies in place of its
+    // casts: the same bytes, one read of each weight a step instead of one a cast (Transformer
+    // Engine keeps a step's FP8 weights likewise). The caller does not change a weight between
+    // this and the roll. Memory: 2 bytes a weight element, held from the first call on. In order
+    // with the ops (a graph can record it).
+    void (*fp8_weights)(loom_backend *be, const loom_tensor *w, const int *sites, int n);
     // The amax of every slot over the casts since the last roll (or fp8_begin): (n) fp32 in this
     // backend's memory, n 3 x (the highest fp8_site used + 1) rounded up, NULL with n 0 before
     // the first slot's cast. The caller may reduce it before fp8_roll (a max over data-parallel

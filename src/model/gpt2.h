@@ -183,6 +183,11 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float grad_scale);
 void loom_gpt2_zero_grads(loom_gpt2 *m); // the model's own (external gradients are their owner's)
+// At a training step's start (after the backend's fp8_begin): has the backend make the FP8 copies
+// of this object's block weights for the step in one launch (backend.h's fp8_weights), each named
+// by its layer's site as the matmul ops name it. Nothing when the backend has no such op or the
+// parameters are held outside this object (ZeRO 3: a layer's weights exist only around its use).
+void loom_gpt2_fp8_weights(loom_gpt2 *m);
 // The mean of n per-token losses (host fp32) as every loss above is computed: summed in order in
 // fp64, divided by n.
 double loom_gpt2_mean_loss(const float *losses, int64_t n);

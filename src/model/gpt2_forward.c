@@ -98,12 +98,15 @@ static void attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dout,
     m->be->attention_backward(m->be, dqkv, dqkv, dout, qkv, qkv, out, lse, m->NH, LOOM_ATTN_CAUSAL);
 }
 
-// Block l's weight k for a matmul op, naming its linear layer as the backend's FP8 scaling site
-// (backend.h's fp8_site): the weight's parameter index, the same in the layer's forward and
-// backward, so their casts share the layer's amax histories under delayed scaling. The block
+// Block l's linear layer with weight k as the backend's FP8 scaling site names it (backend.h's
+// fp8_site): the weight's parameter index, the same in the layer's forward and backward, so their
+// casts share the layer's amax histories under delayed scaling.
+static int site_of(const loom_gpt2 *m, int l, int k) { return m->block_at[l] + k; }
+
+// Block l's weight k for a matmul op, naming its linear layer as the FP8 site. The block
 // functions end with no site named (no_site), so a matmul op outside them takes no layer's.
 static loom_tensor linear_weight(const loom_gpt2 *m, int l, int k) {
-    m->be->fp8_site = m->block_at[l] + k;
+    m->be->fp8_site = site_of(m, l, k);
     return gpt2_param(m, l, k);
 }
 
@@ -115,7 +118,28 @@ static void mlp_weights(const loom_gpt2 *m, int l, loom_tensor *fcw, loom_tensor
     *projw = linear_weight(m, l, B_FCPROJW);
 }
 
-static void no_site(const loom_gpt2 *m) { m->be->fp8_site = m->be->fp8_site_fc = -1; }
+// Names block l's linear layer k as the one whose input the next LayerNorm op writes (backend.h's
+// fp8_site_ln: under FP8 delayed scaling the LayerNorm may write that input's FP8 copy too).
+static void layernorm_feeds(const loom_gpt2 *m, int l, int k) { m->be->fp8_site_ln = site_of(m, l, k); }
+
+static void no_site(const loom_gpt2 *m) { m->be->fp8_site = m->be->fp8_site_fc = m->be->fp8_site_ln = -1; }
+
+void loom_gpt2_fp8_weights(loom_gpt2 *m) {
+    loom_backend *be = m->be;
+    if (!be->fp8_weights || !m->params) return;
+    static const int K[] = {B_QKVW, B_ATTPROJW, B_FCW, B_FCPROJW}; // the linear layers' weights
+    enum { NK = sizeof K / sizeof *K };
+    loom_tensor *w = loom_xmalloc((size_t)m->cfg.num_layers * NK * sizeof *w);
+    int *sites = loom_xmalloc((size_t)m->cfg.num_layers * NK * sizeof *sites), n = 0;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        for (int k = 0; m->block_at[l] >= 0 && k < NK; k++, n++) {
+            w[n] = gpt2_param(m, l, K[k]);
+            sites[n] = site_of(m, l, K[k]);
+        }
+    be->fp8_weights(be, w, sites, n);
+    free(w);
+    free(sites);
+}
 
 // Where the partial products of a layer whose reduced rows go to `local` are summed: local
 // itself when it holds all rows, else the shared (N,C) scratch.
@@ -137,6 +161,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     loom_tensor ln1 = layer(&a->ln1, i), qkv = layer(&a->qkv, i), atty = layer(&a->atty, i);
     loom_tensor residual2 = layer(&a->residual2, i), ln2 = layer(&a->ln2, i);
     loom_tensor fch = layer(&a->fch, i), fch_gelu = layer(&a->fch_gelu, i), out = v->proj_local, fcw, projw;
+    layernorm_feeds(m, l, B_QKVW);
     be->layernorm_forward(be, gpt2_mine(m, v, ln1), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i), x,
                           gpt2_param(m, l, B_LN1W), gpt2_param(m, l, B_LN1B));
     tp_gather(m, ln1, gpt2_mine(m, v, ln1));
@@ -144,6 +169,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     attention_forward(m, atty, layer(&a->att_lse, i), qkv);
     be->matmul_forward(be, partial(v, out), atty, linear_weight(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
     tp_reduce(m, out, partial(v, out));
+    layernorm_feeds(m, l, B_FCW);
     be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), layer(&a->ln2_mean, i),
                                    layer(&a->ln2_rstd, i), x, out, gpt2_param(m, l, B_LN2W),
                                    gpt2_param(m, l, B_LN2B));

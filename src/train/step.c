@@ -60,7 +60,9 @@ static loom_status pipeline_sync(loom_trainer *t) {
 }
 
 void loom_train_fp8_begin(loom_trainer *t) {
-    if (t->be->fp8_history) t->be->fp8_begin(t->be);
+    if (!t->be->fp8_history) return;
+    t->be->fp8_begin(t->be);
+    loom_gpt2_fp8_weights(t->model);
 }
 
 loom_status loom_train_fp8_end(loom_trainer *t) {

@@ -39,7 +39,8 @@ uint64_t loom_train_first_micro_batch(const loom_trainer *t);
 loom_status loom_train_step_ops(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
 // FP8 delayed scaling around a step's micro-batches (with be->fp8_history; nothing otherwise):
 // loom_train_fp8_begin zeroes the slots' amaxes (casts outside training, an evaluation's or a
-// sample's, count for nothing); loom_train_fp8_end takes their max over the data-parallel ranks
+// sample's, count for nothing) and has the step's FP8 weights made (loom_gpt2_fp8_weights);
+// loom_train_fp8_end takes their max over the data-parallel ranks
 // (which then scale alike, as one rank running all their micro-batches would) and rolls them
 // into the histories. Errors: those of the all-reduce.
 void loom_train_fp8_begin(loom_trainer *t);

@@ -38,31 +38,26 @@ __device__ __forceinline__ void lse_combine(float &m, float &s, float m2, float 
     m = mx;
 }
 
-// (m, s) = (max of src[0, V), sum of exp(src[j] - m)) over the block, every thread getting them
-// ((-INFINITY, 0) when V is 0): each thread keeps an online pair over its vectors, rescaled once
-// per vector, then the warps' and the block's pairs are combined. src[0, V) is read in
-// W-vectors (V rounded up to W must be readable). Ends past a block-wide barrier, so every
-// read of src comes before any write the caller makes after it.
-template <typename T, int W>
-__device__ __forceinline__ void block_max_sumexp(const T *src, int V, float &m, float &s) {
-    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
-    float x[W];
-    m = -INFINITY, s = 0.0f;
-    for (int j0 = threadIdx.x * W; j0 < V; j0 += CE_THREADS * W) {
-        vload<T, W>(x, src + j0);
-        int n = V - j0 < W ? V - j0 : W; // the vector's columns below V
-        float vm = -INFINITY;
+// One vector x of n valid values (n <= W) into a thread's online (m, s): rescaled once per vector,
+// not per element
+template <int W> __device__ __forceinline__ void thread_max_sumexp(float &m, float &s, const float (&x)[W], int n) {
+    float vm = -INFINITY;
 #pragma unroll
-        for (int k = 0; k < W; k++)
-            if (k < n) vm = fmaxf(vm, x[k]);
-        if (vm > m) { // rescale once per vector, not per element
-            s *= ce_exp(m - vm);
-            m = vm;
-        }
-#pragma unroll
-        for (int k = 0; k < W; k++)
-            if (k < n) s += ce_exp(x[k] - m);
+    for (int k = 0; k < W; k++)
+        if (k < n) vm = fmaxf(vm, x[k]);
+    if (vm > m) {
+        s *= ce_exp(m - vm);
+        m = vm;
     }
+#pragma unroll
+    for (int k = 0; k < W; k++)
+        if (k < n) s += ce_exp(x[k] - m);
+}
+
+// The threads' (m, s) pairs combined over the block, every thread getting the result. Ends past a
+// block-wide barrier.
+__device__ __forceinline__ void block_combine(float &m, float &s) {
+    __shared__ float sm[CE_THREADS / 32], ss[CE_THREADS / 32];
     for (int o = 16; o > 0; o >>= 1)
         lse_combine(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -70,6 +65,22 @@ __device__ __forceinline__ void block_max_sumexp(const T *src, int V, float &m, 
     __syncthreads();
     m = -INFINITY, s = 0.0f;
     for (int w = 0; w < CE_THREADS / 32; w++) lse_combine(m, s, sm[w], ss[w]);
+}
+
+// (m, s) = (max of src[0, V), sum of exp(src[j] - m)) over the block, every thread getting them
+// ((-INFINITY, 0) when V is 0): each thread keeps an online pair over its vectors (W-vectors j0 =
+// its index W + k CE_THREADS W, in order), then the warps' and the block's pairs are combined.
+// src[0, V) is read in W-vectors (V rounded up to W must be readable). Ends past a block-wide
+// barrier, so every read of src comes before any write the caller makes after it.
+template <typename T, int W>
+__device__ __forceinline__ void block_max_sumexp(const T *src, int V, float &m, float &s) {
+    float x[W];
+    m = -INFINITY, s = 0.0f;
+    for (int j0 = threadIdx.x * W; j0 < V; j0 += CE_THREADS * W) {
+        vload<T, W>(x, src + j0);
+        thread_max_sumexp<W>(m, s, x, V - j0 < W ? V - j0 : W);
+    }
+    block_combine(m, s);
 }
 
 // The gradient pass over one row, in place: z[j] = dloss * (exp((src[j] - m) - logs) - [j == tgt])
@@ -90,9 +101,10 @@ __device__ __forceinline__ void block_backward(T *z, const T *src, int64_t Vp, i
     }
 }
 
-// CACHED (16-byte vectors only): the block first copies the row's vectors below V to shared
-// memory (dynamic, whole vectors), CE_COPY loads in flight a thread, and both passes read them
-// there; otherwise both passes read the row from logits.
+// CACHED (16-byte vectors only): the block copies the row's vectors below V to shared memory
+// (dynamic, whole vectors), CE_COPY loads in flight a thread, and takes (m, s) from them as they
+// arrive (the vectors in block_max_sumexp's order, so the same bits); the backward pass reads them
+// there. Otherwise both passes read the row from logits.
 template <typename T, int W, bool CACHED>
 __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *targets, int64_t Vp,
                                     int V, float dloss, bool backward) {
@@ -100,25 +112,34 @@ __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *tar
     int64_t row = blockIdx.x;
     T *z = logits + row * Vp;
     const T *src = z;
+    int tgt = targets[row];
+    bool valid = tgt >= 0 && tgt < V;
+    float m, s, zt;
     if constexpr (CACHED) {
         constexpr int STEP = CE_THREADS * W;
+        m = -INFINITY, s = 0.0f;
         for (int j0 = threadIdx.x * W; j0 < V; j0 += CE_COPY * STEP) {
             uint4 r[CE_COPY];
 #pragma unroll
             for (int u = 0; u < CE_COPY; u++)
                 if (j0 + u * STEP < V) r[u] = *(const uint4 *)(z + j0 + u * STEP);
 #pragma unroll
-            for (int u = 0; u < CE_COPY; u++)
-                if (j0 + u * STEP < V) ce_row[(j0 + u * STEP) / W] = r[u];
+            for (int u = 0; u < CE_COPY; u++) {
+                int j = j0 + u * STEP;
+                if (j >= V) break;
+                ce_row[j / W] = r[u];
+                float x[W];
+                vload<T, W>(x, (const T *)&r[u]);
+                thread_max_sumexp<W>(m, s, x, V - j < W ? V - j : W);
+            }
         }
-        __syncthreads();
+        block_combine(m, s); // its barrier: the row is whole in shared memory, every read of z done
         src = (const T *)ce_row;
+        zt = valid ? to_f32(src[tgt]) : NAN;
+    } else {
+        zt = valid ? to_f32(src[tgt]) : NAN;
+        block_max_sumexp<T, W>(src, V, m, s); // its barrier orders every read of z before the writes below
     }
-    int tgt = targets[row];
-    bool valid = tgt >= 0 && tgt < V;
-    float zt = valid ? to_f32(src[tgt]) : NAN;
-    float m, s;
-    block_max_sumexp<T, W>(src, V, m, s); // its barrier orders every read of z before the writes below
     float logs = logf(s); // lse = m + logs, kept in two parts: x - m is exact near the max
     if (threadIdx.x == 0) losses[row] = valid ? (m - zt) + logs : NAN;
     if (backward) block_backward<T, W>(z, src, Vp, V, tgt, valid, dloss, m, logs);

@@ -114,6 +114,7 @@ static void cuda_destroy(loom_backend *be) {
     CUDA_CHECK(cudaFree(cu->workspace));
     cuda_matmul_free_cache(cu);
     cuda_fp8_free(cu);
+    cuda_fp8_kept_free(cu);
     CUBLAS_CHECK(cublasLtDestroy(cu->lt));
     CUDA_CHECK(cudaStreamDestroy(cu->stream));
     cuda_block *b, *tmp;
@@ -200,6 +201,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .fp8_history = 0,
         .fp8_site = -1,
         .fp8_site_fc = -1,
+        .fp8_site_ln = -1,
         .bytes_in_use = 0,
         .peak_bytes = 0,
         .host_bytes_in_use = 0,
@@ -251,6 +253,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .sumsq_add = cuda_sumsq_add,
         .step_scalars = cuda_step_scalars,
         .fp8_begin = cuda_fp8_begin,
+        .fp8_weights = cuda_fp8_weights,
         .fp8_amax = cuda_fp8_amax,
         .fp8_roll = cuda_fp8_roll,
         .fp8_save = cuda_fp8_save,

@@ -54,6 +54,7 @@ typedef struct {
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
     struct cuda_fp8_slots *fp8; // FP8 delayed scaling's slots (fp8_scaling.cu; NULL before the first)
+    struct cuda_fp8_kept *fp8_kept; // FP8 copies made ahead of their products (fp8_kept.cu; NULL before)
     struct cuda_host_block *host_blocks; // live host_alloc allocations, for base.host_bytes_in_use
     cudaStream_t copy_stream;  // copy_async's side stream (created at its first use), and its
     cudaEvent_t ops_done;      // events: the ops issued before a copy, and each copy's completion
@@ -232,10 +233,60 @@ typedef struct {
 // slot's history once it has one, else by the current amax with 1/s into `inv` (and the slot's
 // amax raised either way); without delayed scaling or a site, by the current amax alone.
 fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv);
+// The same for operand `role` of site `site`.
+fp8_cast cuda_fp8_cast_at(loom_cuda *cu, int site, cuda_fp8_role role, float *inv);
+// The slot of operand `role` of site `site` under delayed scaling, with or without a history: where
+// its scale, 1/scale and amax are (the scale meaningful once it has a history). Makes room for
+// the slot (which moves the slots only when the site is a new highest one); counts no cast.
+fp8_cast cuda_fp8_slot_of(loom_cuda *cu, int site, cuda_fp8_role role);
 // Whether operand `role` of site `site` has a history under delayed scaling (its casts scale by it).
 bool cuda_fp8_ready(const loom_cuda *cu, int site, cuda_fp8_role role);
 // Frees delayed scaling's slots (at destroy).
 void cuda_fp8_free(loom_cuda *cu);
+
+// ---- FP8 copies made ahead of their products (fp8_kept.cu): a LayerNorm's of its output
+// (backend.h's fp8_site_ln), a step's of its weights (fp8_weights) ----
+// Where a LayerNorm writes the E4M3 copy of its output (N,C): rows (N,C), fp8(y s) of each bf16
+// output y with s = *scale, raising *record to the largest |y| (fp32 bits); rows NULL: none.
+typedef struct {
+    uint8_t *rows;
+    const float *scale;
+    unsigned *record;
+} cuda_fp8_ln_out;
+// Called by every LayerNorm op about to write out (N,C): forgets the copy, then, under delayed
+// scaling with the input slot of the layer named by fp8_site_ln ready and `fits` (the LayerNorm
+// can write the copy at this shape), where to write the new one (kept as that layer's input's
+// until the next LayerNorm op). Rows NULL when none is to be made, also when the device has no
+// memory to spare for it.
+cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, int64_t C, bool fits);
+// The rows copy of site's input x (numel elements, bf16) that its LayerNorm made; NULL when x is
+// not what the last LayerNorm op wrote with a copy for that site.
+const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel);
+// The copies a step's weights have (cuda_fp8_weights): of site's weight w (numel elements, bf16),
+// its rows (OC,C) or with cols its transpose (C,OC); NULL when w has none this step.
+const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols);
+// The weights' copies are stale from here on (fp8_roll: the optimizer may change the weights).
+void cuda_fp8_weights_end(loom_cuda *cu);
+// Frees the copies (at destroy).
+void cuda_fp8_kept_free(loom_cuda *cu);
+
+// A weight the grouped cast converts (cuda_fp8_cast_group): src (R,K) bf16 into rows (R,K) and
+// cols (K,R) E4M3 by *scale, *record raised to its amax; its tiles are blocks [first, first +
+// tiles) of the launch, tiles_k of them along K
+typedef struct {
+    const void *src;
+    uint8_t *rows, *cols;
+    int R, K;
+    const float *scale;
+    unsigned *record;
+    int first, tiles_k;
+} cuda_fp8_group;
+// The tiles a weight (R,K) takes in the grouped cast, and how many of them lie along K.
+int cuda_fp8_group_tiles(int R, int K, int *tiles_k);
+// One launch of `blocks` blocks converting the n weights of g (device memory, each weight's first
+// tile following the last one's, R and K multiples of 16, 16-byte aligned) as quantize_kernel does
+// (fp8.cu): the same bytes and amax as their casts one at a time.
+void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks);
 
 // Frees matmul.cu's cache of cuBLASLt algorithms (at destroy).
 void cuda_matmul_free_cache(loom_cuda *cu);
@@ -290,6 +341,7 @@ void cuda_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor loss
 double cuda_sumsq(loom_backend *be, loom_tensor x);
 void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x);
 void cuda_fp8_begin(loom_backend *be);
+void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const int *sites, int n);
 float *cuda_fp8_amax(loom_backend *be, size_t *n);
 void cuda_fp8_roll(loom_backend *be);
 size_t cuda_fp8_save(loom_backend *be, float *out);

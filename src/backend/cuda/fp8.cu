@@ -22,12 +22,12 @@
 // fcproj layer's input copy is cast from gelu(pre), and the fc layer's output gradient from
 // dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16; under
 // delayed scaling the fc product's forward writes that output in FP8 itself (cuda_fp8_mlp_forward).
+// Under delayed scaling the forward product of a layer whose input is a LayerNorm's output takes
+// that input's copy from the LayerNorm, which writes it as it writes the output (fp8_kept.cu).
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/fp8.cuh"
 #include "backend/cuda/gelu.cuh"
 
-#include <cuda_fp8.h>
-
-#define FP8_VEC 8          // elements a thread converts from one row (16 bytes of bf16); also its rows
 #define FP8_WARP_R 64      // a warp's rows in quantize_kernel: 8 threads x FP8_VEC rows
 #define FP8_WARP_C 32      // a warp's columns: 4 threads x FP8_VEC columns
 #define FP8_THREADS 256
@@ -70,18 +70,6 @@ template <int OP> __device__ __forceinline__ float convert8(float *x, uint4 v, u
     }
 }
 
-// *record raised to the largest m of the block's threads (fp32 bits), one atomic a block; every
-// thread of the block (FP8_THREADS) calls it
-__device__ __forceinline__ void record_max(float m, unsigned *record) {
-    __shared__ float warps[FP8_THREADS / 32];
-    m = warp_max(m);
-    if (threadIdx.x % 32 == 0) warps[threadIdx.x / 32] = m;
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int w = 1; w < FP8_THREADS / 32; w++) m = fmaxf(m, warps[w]);
-    atomicMax(record, __float_as_uint(m));
-}
-
 // *amax = max(*amax, max |y|) over the n values y that a cast OP converts from x (and pre) (n bf16,
 // 16-byte aligned, n a multiple of 8: read 8 at a time), as fp32 bits (>= 0: unsigned order is
 // float order); FP8_THREADS a block
@@ -91,18 +79,7 @@ template <int OP> __global__ void amax_kernel(const __nv_bfloat16 *x, const __nv
         uint4 u = ((const uint4 *)x)[i];
         m = convert8<OP>(v, u, OP == FP8_DGELU ? ((const uint4 *)pre)[i] : u, m);
     }
-    record_max(m, amax);
-}
-
-// 8 floats times s as 8 FP8 bytes (element 0 in the lowest byte)
-__device__ __forceinline__ uint2 fp8_pack(const float *x, float s, __nv_fp8_interpretation_t fmt) {
-    uint32_t w[2];
-    for (int h = 0; h < 2; h++) {
-        uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * h] * s, x[4 * h + 1] * s), __NV_SATFINITE, fmt);
-        uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x[4 * h + 2] * s, x[4 * h + 3] * s), __NV_SATFINITE, fmt);
-        w[h] = lo | hi << 16;
-    }
-    return make_uint2(w[0], w[1]);
+    record_max<FP8_THREADS>(m, amax);
 }
 
 // a b c d (4 rows of 4 bytes) transposed in place: a holds the first bytes of the four, and so on
@@ -161,6 +138,14 @@ __device__ __forceinline__ float cast_scale(float *inv, bool e5m2, const unsigne
     return s;
 }
 
+// The 8x8 block a thread of quantize_kernel's tile (tr, tc) converts: its first row and column
+__device__ __forceinline__ void tile_block(int64_t tr, int64_t tc, int64_t &r, int64_t &c) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
+    r = tr * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
+    c = tc * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
+}
+
 // fp8(y s) of the values y that cast OP converts from src (R,K) bf16 (and pre, shaped as src),
 // R and K multiples of 8, 16-byte aligned, into rows (R,K) and cols (K,R) (its transpose), each
 // where not NULL, with s from cast_scale; *record (when not NULL) raised to the largest |y| (fp32
@@ -180,8 +165,8 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     float s = cast_scale(inv, e5m2, amax, scale, blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0);
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
-    int64_t r = (int64_t)blockIdx.x * FP8_TILE_R + warp / FP8_WARP_COLS * FP8_WARP_R + lane / XS * FP8_VEC;
-    int64_t c = (int64_t)blockIdx.y * FP8_TILE_C + warp % FP8_WARP_COLS * FP8_WARP_C + lane % XS * FP8_VEC;
+    int64_t r, c;
+    tile_block(blockIdx.x, blockIdx.y, r, c);
     float cs[FP8_VEC] = {};
     float m = r < R && c < K ? quantize_block<OP>(rows, cols, cs, src, pre, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3)
                              : 0.0f;
@@ -200,7 +185,7 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
             colpart[blockIdx.x * K + col] = t;
         }
     }
-    if (record) record_max(m, record);
+    if (record) record_max<FP8_THREADS>(m, record);
 }
 
 // quantize_kernel's rows copy alone (no cols, no column sums) as one flat grid-stride pass over
@@ -215,7 +200,39 @@ __global__ void quantize_rows_kernel(uint8_t *rows, float *inv, const __nv_bfloa
         m = unpack8(x, ((const uint4 *)src)[i], m);
         ((uint2 *)rows)[i] = fp8_pack(x, s, fmt);
     }
-    if (record) record_max(m, record);
+    if (record) record_max<FP8_THREADS>(m, record);
+}
+
+// The weights of g (n) each as quantize_kernel<FP8_AS_IS> casts it with both copies and a scale
+// from its slot: block b takes tile b - first of the weight whose tiles hold it (the last weight
+// whose first is at most b: a binary search), FP8_TILE_R x FP8_TILE_C as quantize_kernel's grid
+// would
+__global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
+    int lo = 0, hi = n - 1, b = blockIdx.x;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (g[mid].first <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const cuda_fp8_group w = g[lo];
+    int t = b - w.first;
+    int64_t r, c;
+    tile_block(t / w.tiles_k, t % w.tiles_k, r, c);
+    float cs[FP8_VEC] = {}, s = *w.scale;
+    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS>(w.rows, w.cols, cs, (const __nv_bfloat16 *)w.src, NULL,
+                                                             r, c, w.R, w.K, s, __NV_E4M3)
+                                 : 0.0f;
+    record_max<FP8_THREADS>(m, w.record);
+}
+
+int cuda_fp8_group_tiles(int R, int K, int *tiles_k) {
+    *tiles_k = (K + FP8_TILE_C - 1) / FP8_TILE_C;
+    return (R + FP8_TILE_R - 1) / FP8_TILE_R * *tiles_k;
+}
+
+void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks) {
+    quantize_group_kernel<<<(unsigned)blocks, FP8_THREADS, 0, cu->stream>>>(g, n);
+    CUDA_LAUNCH_CHECK();
 }
 
 // ---- the casts and the products ----
@@ -298,6 +315,30 @@ static void quantize_b(loom_cuda *cu, const cuda_gemm *g, uint8_t *b8, fp8_cast 
              g->transb ? g->n : g->k, grad);
 }
 
+// A (m,k) of g, operand `role` of layer `site`, as its FP8 copy: the step's copy of the layer's
+// weight when A is that weight (rows as it is, cols transposed; fp8_kept.cu), else a8 cast from
+// src (quantize_a)
+static const uint8_t *copy_a(loom_cuda *cu, const cuda_gemm *g, int site, cuda_fp8_role role, uint8_t *a8,
+                             fp8_cast c, unsigned *amax, fp8_src src) {
+    bool weight = role == CUDA_FP8_WEIGHT && src.op == FP8_AS_IS && src.x == g->a;
+    const uint8_t *kept = weight ? cuda_fp8_kept_weight(cu, site, g->a, g->m * g->k, !g->transa) : NULL;
+    if (kept) return kept;
+    quantize_a(cu, g, a8, c, amax, src);
+    return a8;
+}
+
+// B (n,k) of g, operand `role` of layer `site`, as its FP8 copy: the one the layer's LayerNorm
+// made when B is the layer's input as that wrote it, rows as they are (fp8_kept.cu), else b8 cast
+// from src (quantize_b)
+static const uint8_t *copy_b(loom_cuda *cu, const cuda_gemm *g, int site, cuda_fp8_role role, uint8_t *b8,
+                             fp8_cast c, unsigned *amax, fp8_src src) {
+    bool input = role == CUDA_FP8_INPUT && src.op == FP8_AS_IS && src.x == g->b && !g->transb;
+    const uint8_t *kept = input ? cuda_fp8_kept_input(cu, site, g->b, g->n * g->k) : NULL;
+    if (kept) return kept;
+    quantize_b(cu, g, b8, c, amax, src, role == CUDA_FP8_GRAD);
+    return b8;
+}
+
 // g from a8 (m,k) and b8 (n,k) with their scales
 static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *a8, const float *inv_a,
                               const uint8_t *b8, const float *inv_b, bool b_grad) {
@@ -334,10 +375,10 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     uint8_t *a8 = (uint8_t *)base + FP8_HEAD, *b8 = a8 + a_bytes;
     fp8_cast ca = cuda_fp8_cast_of(cu, role_a, h.inv[0]), cb = cuda_fp8_cast_of(cu, role_b, h.inv[1]);
     fp8_head_clear(cu, h, !ca.scale || !cb.scale);
-    bool b_grad = role_b == CUDA_FP8_GRAD;
-    quantize_a(cu, g, a8, ca, &h.amax[0], as_is(g->a));
-    quantize_b(cu, g, b8, cb, &h.amax[1], as_is(g->b), b_grad);
-    return fp8_run(cu, g, a8, ca.inv, b8, cb.inv, b_grad);
+    int site = cu->base.fp8_site;
+    const uint8_t *a = copy_a(cu, g, site, role_a, a8, ca, &h.amax[0], as_is(g->a));
+    const uint8_t *b = copy_b(cu, g, site, role_b, b8, cb, &h.amax[1], as_is(g->b));
+    return fp8_run(cu, g, a, ca.inv, b, cb.inv, role_b == CUDA_FP8_GRAD);
 }
 
 void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
@@ -359,8 +400,8 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     fp8_head_clear(cu, h, !cd.scale || !cw.scale || !cx.scale);
     fp8_src d = gelu.dout_pre ? fp8_src{gi->b, FP8_DGELU, gelu.dout_pre} : as_is(gi->b);
     quantize(cu, rows, cols, cd, &h.amax[0], d, N, OC, true, colpart); // one amax, one read of dout
-    quantize_a(cu, gi, a8, cw, &h.amax[1], as_is(gi->a));
-    *si = fp8_run(cu, gi, a8, cw.inv, rows, cd.inv, true);
+    const uint8_t *wa = copy_a(cu, gi, cu->base.fp8_site, CUDA_FP8_WEIGHT, a8, cw, &h.amax[1], as_is(gi->a));
+    *si = fp8_run(cu, gi, wa, cw.inv, rows, cd.inv, true);
     fp8_src x = gelu.inp_pre ? fp8_src{gelu.inp_pre, FP8_GELU, NULL} : as_is(gw->a);
     quantize_a(cu, gw, a8, cx, &h.amax[2], x); // a8 again: in stream order after gi's product
     *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
@@ -382,22 +423,20 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     // [fc, fcproj][input, weight], the higher site's first: a site's first cast may move the slots
     // (to make room), which would leave pointers taken before it stale
     fp8_cast c[2][2];
-    int site = cu->base.fp8_site, high = site_proj > site_fc;
+    int high = site_proj > site_fc;
     for (int j = 0; j < 2; j++) {
-        int layer = j == 0 ? high : !high;
-        cu->base.fp8_site = layer ? site_proj : site_fc;
-        c[layer][0] = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, layer ? NULL : h.inv[2]); // the fcproj one: ready
-        c[layer][1] = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[layer]);
+        int layer = j == 0 ? high : !high, site = layer ? site_proj : site_fc;
+        c[layer][0] = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, layer ? NULL : h.inv[2]); // the fcproj one: ready
+        c[layer][1] = cuda_fp8_cast_at(cu, site, CUDA_FP8_WEIGHT, h.inv[layer]);
     }
-    cu->base.fp8_site = site;
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
-    quantize_a(cu, gf, fw8, cfw, &h.amax[1], as_is(gf->a));
-    quantize_b(cu, gf, in8, cin, &h.amax[2], as_is(gf->b), false);
+    const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, cfw, &h.amax[1], as_is(gf->a));
+    const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, cin, &h.amax[2], as_is(gf->b));
     cuda_gemm f = *gf;
     f.d = act8, f.scale_d = cact.scale;
-    cublasStatus_t st = fp8_run(cu, &f, fw8, cfw.inv, in8, cin.inv, false);
+    cublasStatus_t st = fp8_run(cu, &f, fw, cfw.inv, in, cin.inv, false);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
-    quantize_a(cu, gp, pw8, cpw, &h.amax[0], as_is(gp->a));
-    return fp8_run(cu, gp, pw8, cpw.inv, act8, cact.inv, false);
+    const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, cpw, &h.amax[0], as_is(gp->a));
+    return fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, false);
 }

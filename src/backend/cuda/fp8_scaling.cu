@@ -79,7 +79,10 @@ void cuda_fp8_free(loom_cuda *cu) {
 }
 
 fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
-    int site = cu->base.fp8_site;
+    return cuda_fp8_cast_at(cu, cu->base.fp8_site, role, inv);
+}
+
+fp8_cast cuda_fp8_cast_at(loom_cuda *cu, int site, cuda_fp8_role role, float *inv) {
     if (cu->base.fp8_history <= 0 || site < 0) return fp8_cast{NULL, inv, NULL};
     // the site's three slots at once: a product's two casts never move each other's
     cuda_fp8_slots *f = slots_reserve(cu, ((int64_t)site + 1) * CUDA_FP8_ROLES);
@@ -88,6 +91,13 @@ fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
     if (f->state[i] == SLOT_READY) return fp8_cast{&f->scale[i].scale, &f->scale[i].inv, record};
     f->state[i] = SLOT_SEEN;
     return fp8_cast{NULL, inv, record};
+}
+
+fp8_cast cuda_fp8_slot_of(loom_cuda *cu, int site, cuda_fp8_role role) {
+    LOOM_CHECK(cu->base.fp8_history > 0 && site >= 0);
+    cuda_fp8_slots *f = slots_reserve(cu, ((int64_t)site + 1) * CUDA_FP8_ROLES);
+    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
+    return fp8_cast{&f->scale[i].scale, &f->scale[i].inv, (unsigned *)(f->amax + i)};
 }
 
 bool cuda_fp8_ready(const loom_cuda *cu, int site, cuda_fp8_role role) {
@@ -120,6 +130,7 @@ extern "C" void cuda_fp8_begin(loom_backend *be) {
 
 extern "C" void cuda_fp8_roll(loom_backend *be) {
     loom_cuda *cu = cuda_of(be);
+    cuda_fp8_weights_end(cu); // the weights may change from here on
     cuda_fp8_slots *f = cu->fp8;
     if (!f) return;
     roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, f->history, true);

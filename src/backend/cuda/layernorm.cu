@@ -10,22 +10,25 @@
 // columns, so no atomics); the block adds its warps' sums in warp order into a per-chunk partial,
 // and cuda_add_partials2 adds the chunks in order (dw and db in one launch). Everything depends
 // only on N and C, so the results repeat bit for bit.
+#include "backend/cuda/fp8.cuh"
 #include "backend/cuda/vec.cuh"
+
+typedef __nv_bfloat16 bf16;
 
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8          // forward: warps per block, one row each
 #define LN_BWD_WARPS 16              // backward: warps per block at most
 #define LN_BWD_SMEM_MAX (200 << 10)  // bytes of shared memory per backward block at most
 
-// out (N,C), mean (N), rstd (N) from x (N,C), w (C), b (C). With RES, x is first written as
-// ra + rb (rounded to T, as the plain residual add stores it; x may alias ra or rb: each lane
-// reads back only what it wrote).
-template <typename T, int W, bool RES>
-__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x, const T *ra,
-                                         const T *rb, const T *w, const T *b, int64_t N, int C) {
-    int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+// Row `row` of out (N,C), mean (N), rstd (N) from x (N,C), w (C), b (C), by one warp; each vector
+// of W outputs goes to sink(c, v) as well once stored (v as computed, before rounding to T; the
+// sink may overwrite it).
+// With RES, x is first written as ra + rb (rounded to T, as the plain residual add stores it; x
+// may alias ra or rb: each lane reads back only what it wrote).
+template <typename T, int W, bool RES, typename Sink>
+__device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, T *x, const T *ra, const T *rb,
+                                              const T *w, const T *b, int64_t row, int C, Sink sink) {
     int lane = threadIdx.x % 32;
-    if (row >= N) return;
     x += row * C;
     float s = 0.0f, v[W];
     for (int c = lane * W; c < C; c += 32 * W) {
@@ -57,11 +60,39 @@ __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x,
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = (v[k] - m) * r * wv[k] + bv[k];
         vstore<T, W>(out + row * C + c, v);
+        sink(c, v);
     }
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
+}
+
+// layernorm_row for each row, one warp a row
+template <typename T, int W, bool RES>
+__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x, const T *ra, const T *rb,
+                                         const T *w, const T *b, int64_t N, int C) {
+    int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    if (row < N) layernorm_row<T, W, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [](int, float *) {});
+}
+
+// The same in bf16 vectors with the output's E4M3 copy rows8 (N,C) (cuda_fp8_ln_out): fp8(y s)
+// of each bf16 output y, as fp8.cu's casts convert it, s = *scale, and *record raised to the
+// largest |y|. 6 blocks an SM (40 registers; 44 unbounded would leave 5).
+template <bool RES>
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK, 6)
+    layernorm_fp8_kernel(bf16 *out, float *mean, float *rstd, bf16 *x, const bf16 *ra, const bf16 *rb, const bf16 *w,
+                         const bf16 *b, int64_t N, int C, uint8_t *rows8, const float *scale, unsigned *record) {
+    int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    float s = *scale, amax = 0.0f;
+    uint8_t *r8 = rows8 + row * C;
+    if (row < N)
+        layernorm_row<bf16, FP8_VEC, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [&](int c, float *v) {
+#pragma unroll
+            for (int k = 0; k < FP8_VEC; k++) v[k] = to_f32(from_f32<bf16>(v[k])), amax = fmaxf(amax, fabsf(v[k]));
+            *(uint2 *)(r8 + c) = fp8_pack(v, s, __NV_E4M3);
+        });
+    record_max<32 * LN_ROWS_PER_BLOCK>(amax, record); // every thread: the rows past N with 0
 }
 
 // dinp (N,C) += the row-local part; partials (nchunks, 2C) fp32: [chunk, c] = sum over the
@@ -136,10 +167,20 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
     if (!N) return;
     bool vec = cuda_vec_ok(bf, C, out.data, res.data, w.data, bias.data, fused ? a.data : NULL) &&
                cuda_vec_ok(bf, C, fused ? b.data : NULL);
+    loom_cuda *cu = cuda_of(be);
+    cuda_fp8_ln_out f = cuda_fp8_kept_begin(cu, out.data, N, C, bf && vec && C % 16 == 0);
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    if (f.rows) {
+        auto kernel = fused ? layernorm_fp8_kernel<true> : layernorm_fp8_kernel<false>;
+        kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
+            (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
+            (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale, f.record);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     CUDA_DISPATCH(bf, vec, {
         auto kernel = fused ? layernorm_forward_kernel<T, W, true> : layernorm_forward_kernel<T, W, false>;
-        kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cuda_of(be)->stream>>>(
+        kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
             (T *)out.data, cuda_f32(mean), cuda_f32(rstd), (T *)res.data, (const T *)a.data,
             (const T *)b.data, (const T *)w.data, (const T *)bias.data, N, (int)C);
         CUDA_LAUNCH_CHECK();

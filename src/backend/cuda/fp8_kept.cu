@@ -1,0 +1,143 @@
+// FP8 copies made ahead of the products that take them, under delayed scaling (the scales are
+// known before the tensors are: the slots' histories), with the bytes and the amax the products'
+// own casts would make:
+// - a linear layer's input that a LayerNorm writes (backend.h's fp8_site_ln): the LayerNorm
+//   converts its output as it writes it, the rows copy (N,C) for the layer's forward product,
+//   which saves that cast's read of 2 bytes an element and its launch. The copy answers for a
+//   tensor only while the tensor holds what the LayerNorm wrote: it is told by the address and
+//   size written and the layer, and every LayerNorm op forgets it first. One buffer serves every
+//   layer: the product comes right after its LayerNorm.
+// - a step's weights (backend.h's fp8_weights): both copies of every weight in one launch after
+//   the step's fp8_begin, kept until its roll, so the forward's and the backward's casts of each
+//   weight (one each a micro-batch) become one read a step, and 8 small launches a layer none.
+#include "backend/cuda/cuda_ops.h"
+
+#include <string.h>
+
+struct cuda_fp8_kept {
+    // the LayerNorm's copy
+    uint8_t *rows;
+    size_t rows_bytes;
+    int site;       // the layer whose input it is
+    const void *x;  // the bf16 tensor it is a copy of (NULL: none)
+    int64_t numel;
+    // the step's weights
+    int n;                    // weights
+    int *sites;               // (n) their layers
+    cuda_fp8_group *groups;   // (n) their casts, as uploaded
+    cuda_fp8_group *dev;      // the same in backend memory
+    int blocks;               // the grouped cast's
+    uint8_t *copies;          // each weight's rows, then its cols (256-byte aligned)
+    size_t copies_bytes;
+    bool valid;               // made since the last roll
+};
+
+static cuda_fp8_kept *kept_of(loom_cuda *cu) {
+    if (!cu->fp8_kept) cu->fp8_kept = (cuda_fp8_kept *)loom_xcalloc(1, sizeof(cuda_fp8_kept));
+    return cu->fp8_kept;
+}
+
+// Room for `bytes` at *p (backend memory, counted in its bytes in use; NULL with *have 0 when the
+// device has none to spare: then nothing is kept and the products cast). A buffer that moves
+// makes a recorded graph record again, as the scratch does.
+static bool reserve(loom_cuda *cu, void **p, size_t *have, size_t bytes) {
+    if (*have >= bytes) return true;
+    cu->base.free(&cu->base, *p); // after the ops issued before it (the backend's free waits)
+    *p = cu->base.alloc(&cu->base, bytes);
+    *have = *p ? bytes : 0;
+    cu->scratch_moves++;
+    return *p != NULL;
+}
+
+cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, int64_t C, bool fits) {
+    if (cu->fp8_kept) cu->fp8_kept->x = NULL;
+    int site = cu->base.fp8_site_ln;
+    if (site < 0 || !cu->base.fp8 || cu->base.fp8_history <= 0 || !fits) return cuda_fp8_ln_out{};
+    cuda_fp8_kept *k = kept_of(cu);
+    // sized at the first step (no history yet), so that a recording does not allocate
+    if (!reserve(cu, (void **)&k->rows, &k->rows_bytes, (size_t)(N * C))) return cuda_fp8_ln_out{};
+    if (!cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return cuda_fp8_ln_out{};
+    fp8_cast c = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, NULL);
+    k->site = site, k->x = out, k->numel = N * C;
+    return cuda_fp8_ln_out{k->rows, c.scale, c.record};
+}
+
+const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel) {
+    const cuda_fp8_kept *k = cu->fp8_kept;
+    return k && x && k->x == x && k->site == site && k->numel == numel ? k->rows : NULL;
+}
+
+static size_t round_up_256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const int *sites, int n) {
+    loom_cuda *cu = cuda_of(be);
+    if (!be->fp8 || be->fp8_history <= 0 || n <= 0) return;
+    cuda_fp8_kept *k = kept_of(cu);
+    k->valid = false;
+    int top = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t R = loom_rows(&w[i]), K = loom_cols(&w[i]);
+        bool fits = cuda_act(be, w[i]) && R % 16 == 0 && K % 16 == 0 && (uintptr_t)w[i].data % 16 == 0;
+        if (!fits || sites[i] < 0) return; // all or none: the matmul ops cast each weight as before
+        top = sites[i] > top ? sites[i] : top;
+        bytes += 2 * round_up_256((size_t)(R * K));
+    }
+    cuda_fp8_slot_of(cu, top, CUDA_FP8_WEIGHT); // the slots' room first: the ones below do not move them
+    // sized at the first step (no history yet), so that a recording neither allocates nor uploads
+    if (!reserve(cu, (void **)&k->copies, &k->copies_bytes, bytes)) return;
+    cuda_fp8_group *g = (cuda_fp8_group *)loom_xcalloc((size_t)n, sizeof *g);
+    size_t at = 0;
+    int blocks = 0;
+    for (int i = 0; i < n; i++) {
+        int R = (int)loom_rows(&w[i]), K = (int)loom_cols(&w[i]), tiles_k;
+        fp8_cast slot = cuda_fp8_slot_of(cu, sites[i], CUDA_FP8_WEIGHT);
+        size_t one = round_up_256((size_t)R * K);
+        g[i] = cuda_fp8_group{w[i].data, k->copies + at, k->copies + at + one, R, K, slot.scale, slot.record, blocks, 0};
+        blocks += cuda_fp8_group_tiles(R, K, &tiles_k);
+        g[i].tiles_k = tiles_k;
+        at += 2 * one;
+    }
+    if (n != k->n || memcmp(g, k->groups, sizeof *g * (size_t)n) || memcmp(sites, k->sites, sizeof *sites * (size_t)n)) {
+        cu->base.free(&cu->base, k->dev);
+        k->dev = (cuda_fp8_group *)cu->base.alloc(&cu->base, sizeof *g * (size_t)n);
+        LOOM_CHECK(k->dev); // a few KB
+        CUDA_CHECK(cudaMemcpyAsync(k->dev, g, sizeof *g * (size_t)n, cudaMemcpyHostToDevice, cu->stream));
+        CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // g is freed below
+        free(k->groups), free(k->sites);
+        k->groups = g, g = NULL;
+        k->sites = (int *)loom_xcalloc((size_t)n, sizeof(int));
+        memcpy(k->sites, sites, sizeof *sites * (size_t)n);
+        k->n = n, k->blocks = blocks;
+        cu->scratch_moves++; // a recorded graph holds the old descriptors
+    }
+    free(g);
+    for (int i = 0; i < n; i++)
+        if (!cuda_fp8_ready(cu, sites[i], CUDA_FP8_WEIGHT)) return;
+    cuda_fp8_cast_group(cu, k->dev, n, k->blocks);
+    k->valid = true;
+}
+
+const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols) {
+    const cuda_fp8_kept *k = cu->fp8_kept;
+    if (!k || !k->valid || !w) return NULL;
+    for (int i = 0; i < k->n; i++) {
+        const cuda_fp8_group *g = &k->groups[i];
+        if (k->sites[i] == site && g->src == w && (int64_t)g->R * g->K == numel) return cols ? g->cols : g->rows;
+    }
+    return NULL;
+}
+
+void cuda_fp8_weights_end(loom_cuda *cu) {
+    if (cu->fp8_kept) cu->fp8_kept->valid = false;
+}
+
+void cuda_fp8_kept_free(loom_cuda *cu) {
+    cuda_fp8_kept *k = cu->fp8_kept;
+    if (!k) return;
+    cu->base.free(&cu->base, k->rows);
+    cu->base.free(&cu->base, k->copies);
+    cu->base.free(&cu->base, k->dev);
+    free(k->groups), free(k->sites), free(k);
+    cu->fp8_kept = NULL;
+}
