@@ -262,9 +262,12 @@ static float *colsums(const float *x, int N, int C, const float *init) {
 // Dims that are not multiples of 16 take the plain ops in bf16 (the unrounded reference). With
 // sites (delayed scaling, first step: current amaxes, so the same products), the six slots'
 // amaxes must be the tensors': exact for the ones read as they are, to 1e-5 for those through
-// gelu or gelu' (the device's tanhf against the host's). dfcw, which sums N rows of such moves,
-// is held to 2e-2 (LOOM_TEST_SEED=280641390691 gives 0.0126 at N=128 C=1600 on an H200, against
-// 0.086 from the unrounded ops; most seeds stay under 1e-2).
+// gelu or gelu' (the device's tanhf against the host's). The products of that gradient, dinp and
+// dfcw, which sum such moves (and all of its values move when the two amaxes differ in their last
+// bit, the scale with them), are held to 3e-2 and 3 times closer to the rounded reference than to
+// the unrounded one: most seeds stay under 1e-2, but on an H200 LOOM_TEST_SEED=280641390691 gave
+// dfcw 0.0126 at N=128 C=1600 (0.086 from the unrounded ops; the same before 40537cd), and
+// another seed dinp 0.0109 and dfcw 0.021 at N=256 C=768 (0.085-0.093).
 static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites) {
     shape s = {N, 1, C, 1};
     buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt), pre = b_randn((size_t)N * OC, 1, dt);
@@ -298,8 +301,8 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
                       DV(dprojb, C), DV(dout, N, C), DV(inp, N, C), DV(fcw, OC, C), DV(pre, N, OC), DV(act, N, OC),
                       act_kept, DV(projw, C, OC));
     T_ASSERT(gpu->fp8_site == (sites ? MLP_SITE + 1 : -1), "mlp_backward left fp8_site at %d", gpu->fp8_site);
-    check_fp8("fp8 mlp dinp", dinp, want_dinp, dinp.h, fits, s);
-    check_fp8_tol("fp8 mlp dfcw +=", dfcw, want_dfcw, dfcw.h, fits, s, 2e-2, 4); // see above: E5M2 neighbours
+    check_fp8_tol("fp8 mlp dinp", dinp, want_dinp, dinp.h, fits, s, 3e-2, 3); // see above: E5M2 neighbours
+    check_fp8_tol("fp8 mlp dfcw +=", dfcw, want_dfcw, dfcw.h, fits, s, 3e-2, 3);
     check_fp8("fp8 mlp dprojw +=", dprojw, want_dprojw, dprojw.h, fits, s);
     check_fp8("fp8 mlp dfcb += (gradient before rounding)", dfcb, want_dfcb, dfcb.h, fits, s);
     check("fp8 run: mlp dprojb += (bf16 column sums)", dprojb, s);
