@@ -91,6 +91,9 @@ static inline loom_cuda *cuda_of(loom_backend *be) { return (loom_cuda *)be; }
 // lists). Valid until the next call; ops on the stream after this one may reuse it.
 void *cuda_scratch(loom_cuda *cu, size_t bytes);
 
+// b rounded up to a multiple of 256: where the next of several buffers carved from one starts
+static inline size_t cuda_align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
 // Blocks for a grid-stride loop over n elements.
 static inline unsigned cuda_blocks(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;

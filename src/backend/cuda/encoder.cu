@@ -90,16 +90,14 @@ typedef struct {
     size_t temp_bytes;
 } enc_groups;
 
-static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
-
 static enc_groups enc_groups_of(loom_cuda *cu, int n, int end_bit) {
     enc_groups g = {};
-    size_t sort_b = 0, rle_b = 0, scan_b = 0, arr = align256((size_t)n * sizeof(int32_t));
+    size_t sort_b = 0, rle_b = 0, scan_b = 0, arr = cuda_align256((size_t)n * sizeof(int32_t));
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, sort_b, g.keys, g.sorted_keys, g.vals, g.pos, n, 0, end_bit));
     CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(NULL, rle_b, g.sorted_keys, g.uniq, g.counts, g.nruns, n));
     CUDA_CHECK(cub::DeviceScan::ExclusiveSum(NULL, scan_b, g.counts, g.offsets, n));
     g.temp_bytes = sort_b > rle_b ? sort_b : rle_b;
-    g.temp_bytes = align256(g.temp_bytes > scan_b ? g.temp_bytes : scan_b);
+    g.temp_bytes = cuda_align256(g.temp_bytes > scan_b ? g.temp_bytes : scan_b);
     char *p = (char *)cuda_scratch(cu, 7 * arr + 256 + g.temp_bytes);
     void **arrays[] = {(void **)&g.keys, (void **)&g.vals, (void **)&g.sorted_keys, (void **)&g.pos,
                        (void **)&g.uniq, (void **)&g.counts, (void **)&g.offsets};

@@ -290,8 +290,6 @@ static void quantize_launch(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cas
     CUDA_LAUNCH_CHECK();
 }
 
-static size_t round_up_256(size_t n) { return (n + 255) & ~(size_t)255; }
-
 // Whether g suits FP8: bf16, m, n and k multiples of 16 (cuBLASLt's FP8), dense operands (the
 // leading dimensions follow from the shapes), 16-byte aligned
 static bool fp8_fits(const loom_cuda *cu, const cuda_gemm *g) {
@@ -369,8 +367,8 @@ static void fp8_head_clear(loom_cuda *cu, fp8_head h, bool needed) {
 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
     if (!fp8_fits(cu, g)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    size_t a_bytes = round_up_256((size_t)(g->m * g->k));
-    char *base = (char *)cuda_scratch(cu, FP8_HEAD + a_bytes + round_up_256((size_t)(g->n * g->k)));
+    size_t a_bytes = cuda_align256((size_t)(g->m * g->k));
+    char *base = (char *)cuda_scratch(cu, FP8_HEAD + a_bytes + cuda_align256((size_t)(g->n * g->k)));
     fp8_head h = fp8_head_of(base);
     uint8_t *a8 = (uint8_t *)base + FP8_HEAD, *b8 = a8 + a_bytes;
     fp8_cast ca = cuda_fp8_cast_of(cu, role_a, h.inv[0]), cb = cuda_fp8_cast_of(cu, role_b, h.inv[1]);
@@ -389,8 +387,8 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     LOOM_CHECK(!gelu.inp_pre || !gw->transa); // gw's A (N,IC) as the GELU's input is
     bool aligned = (uintptr_t)gelu.dout_pre % 16 == 0 && (uintptr_t)gelu.inp_pre % 16 == 0;
     if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw) || !aligned) return;
-    size_t d_bytes = round_up_256((size_t)(N * OC)), p_bytes = dbias ? quantize_chunks(N) * OC * sizeof(float) : 0;
-    size_t a_bytes = round_up_256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
+    size_t d_bytes = cuda_align256((size_t)(N * OC)), p_bytes = dbias ? quantize_chunks(N) * OC * sizeof(float) : 0;
+    size_t a_bytes = cuda_align256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes + p_bytes);
     fp8_head h = fp8_head_of(base);
     uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
@@ -415,8 +413,8 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
                !gp->transb); // gp's B (N,OC) is gf's D, both products in the forward's layout
     if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!cuda_fp8_ready(cu, site_proj, CUDA_FP8_INPUT)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    size_t act_bytes = round_up_256((size_t)(gf->m * gf->n)), fw_bytes = round_up_256((size_t)(gf->m * gf->k));
-    size_t in_bytes = round_up_256((size_t)(gf->n * gf->k)), pw_bytes = round_up_256((size_t)(gp->m * gp->k));
+    size_t act_bytes = cuda_align256((size_t)(gf->m * gf->n)), fw_bytes = cuda_align256((size_t)(gf->m * gf->k));
+    size_t in_bytes = cuda_align256((size_t)(gf->n * gf->k)), pw_bytes = cuda_align256((size_t)(gp->m * gp->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + act_bytes + fw_bytes + in_bytes + pw_bytes);
     fp8_head h = fp8_head_of(base);
     uint8_t *act8 = (uint8_t *)base + FP8_HEAD, *fw8 = act8 + act_bytes, *in8 = fw8 + fw_bytes, *pw8 = in8 + in_bytes;

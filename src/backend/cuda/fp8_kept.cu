@@ -67,8 +67,6 @@ const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x,
     return k && x && k->x == x && k->site == site && k->numel == numel ? k->rows : NULL;
 }
 
-static size_t round_up_256(size_t n) { return (n + 255) & ~(size_t)255; }
-
 extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const int *sites, int n) {
     loom_cuda *cu = cuda_of(be);
     if (!be->fp8 || be->fp8_history <= 0 || n <= 0) return;
@@ -81,7 +79,7 @@ extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const i
         bool fits = cuda_act(be, w[i]) && R % 16 == 0 && K % 16 == 0 && (uintptr_t)w[i].data % 16 == 0;
         if (!fits || sites[i] < 0) return; // all or none: the matmul ops cast each weight as before
         top = sites[i] > top ? sites[i] : top;
-        bytes += 2 * round_up_256((size_t)(R * K));
+        bytes += 2 * cuda_align256((size_t)(R * K));
     }
     cuda_fp8_slot_of(cu, top, CUDA_FP8_WEIGHT); // the slots' room first: the ones below do not move them
     // sized at the first step (no history yet), so that a recording neither allocates nor uploads
@@ -92,7 +90,7 @@ extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const i
     for (int i = 0; i < n; i++) {
         int R = (int)loom_rows(&w[i]), K = (int)loom_cols(&w[i]), tiles_k;
         fp8_cast slot = cuda_fp8_slot_of(cu, sites[i], CUDA_FP8_WEIGHT);
-        size_t one = round_up_256((size_t)R * K);
+        size_t one = cuda_align256((size_t)R * K);
         g[i] = cuda_fp8_group{w[i].data, k->copies + at, k->copies + at + one, R, K, slot.scale, slot.record, blocks, 0};
         blocks += cuda_fp8_group_tiles(R, K, &tiles_k);
         g[i].tiles_k = tiles_k;

@@ -82,27 +82,29 @@ fp8_cast cuda_fp8_cast_of(loom_cuda *cu, cuda_fp8_role role, float *inv) {
     return cuda_fp8_cast_at(cu, cu->base.fp8_site, role, inv);
 }
 
+// Slot `role` of site `site`
+static int64_t slot_index(int site, cuda_fp8_role role) { return (int64_t)site * CUDA_FP8_ROLES + role; }
+
 fp8_cast cuda_fp8_cast_at(loom_cuda *cu, int site, cuda_fp8_role role, float *inv) {
     if (cu->base.fp8_history <= 0 || site < 0) return fp8_cast{NULL, inv, NULL};
-    // the site's three slots at once: a product's two casts never move each other's
-    cuda_fp8_slots *f = slots_reserve(cu, ((int64_t)site + 1) * CUDA_FP8_ROLES);
-    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
-    unsigned *record = (unsigned *)(f->amax + i);
-    if (f->state[i] == SLOT_READY) return fp8_cast{&f->scale[i].scale, &f->scale[i].inv, record};
-    f->state[i] = SLOT_SEEN;
-    return fp8_cast{NULL, inv, record};
+    fp8_cast slot = cuda_fp8_slot_of(cu, site, role);
+    uint8_t *state = &cu->fp8->state[slot_index(site, role)];
+    if (*state == SLOT_READY) return slot;
+    *state = SLOT_SEEN;
+    return fp8_cast{NULL, inv, slot.record};
 }
 
 fp8_cast cuda_fp8_slot_of(loom_cuda *cu, int site, cuda_fp8_role role) {
     LOOM_CHECK(cu->base.fp8_history > 0 && site >= 0);
+    // the site's three slots at once: a product's two casts never move each other's
     cuda_fp8_slots *f = slots_reserve(cu, ((int64_t)site + 1) * CUDA_FP8_ROLES);
-    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
+    int64_t i = slot_index(site, role);
     return fp8_cast{&f->scale[i].scale, &f->scale[i].inv, (unsigned *)(f->amax + i)};
 }
 
 bool cuda_fp8_ready(const loom_cuda *cu, int site, cuda_fp8_role role) {
     const cuda_fp8_slots *f = cu->fp8;
-    int64_t i = (int64_t)site * CUDA_FP8_ROLES + role;
+    int64_t i = slot_index(site, role);
     return cu->base.fp8_history > 0 && site >= 0 && f && i < f->n && f->state[i] == SLOT_READY;
 }
 
