@@ -133,7 +133,7 @@ struct loom_backend {
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
     // layer's logits): large enough for the device's matmuls to run at full rate, small enough
-    // to bound memory (32 MiB on the CPU, 512 MiB on a GPU).
+    // to bound memory (32 MiB on the CPU, 256 MiB on a GPU).
     size_t chunk_bytes;
     // The stream every op of this backend runs on (a cudaStream_t on a GPU; NULL on the CPU), so
     // that other code (NCCL collectives, host staging) can order its work against the ops.

@@ -20,9 +20,17 @@ static int64_t width(const loom_gpt2 *m, int k) { // output rows of block tensor
 // Rows of the residual stream this rank holds for N tokens.
 static int64_t local_rows(const loom_gpt2 *m, int64_t N) { return N / m->row_shards; }
 
-// Scratch shared by the slots, laid out from `base` (NULL: just count the bytes).
-static size_t layout_shared(gpt2_views *v, char *base, const loom_gpt2 *m, int B, int T) {
-    int64_t C = m->cfg.channels, N = (int64_t)B * T, Nl = local_rows(m, N), chunk = N < m->logits_chunk ? N : m->logits_chunk;
+// Rows of the output layer's logits buffer for N rows: N split into equal chunks of at most
+// logits_chunk rows (the head walks them so), one chunk's rows.
+static int64_t logits_rows(const loom_gpt2 *m, int64_t N) {
+    int64_t nchunks = (N + m->logits_chunk - 1) / m->logits_chunk;
+    return (N + nchunks - 1) / nchunks;
+}
+
+// Scratch shared by the slots, laid out from `base` (NULL: just count the bytes), its logits buffer
+// `rows` rows (logits_rows of the largest N the memory holds) or N if fewer.
+static size_t layout_shared(gpt2_views *v, char *base, const loom_gpt2 *m, int B, int T, int64_t rows) {
+    int64_t C = m->cfg.channels, N = (int64_t)B * T, Nl = local_rows(m, N), chunk = N < rows ? N : rows;
     int64_t Vl = m->wte >= 0 ? m->table.params[m->wte].local_shape[0] : 0;
     loom_dtype dt = m->be->dtype;
     size_t off = 0;
@@ -109,7 +117,7 @@ gpt2_views gpt2_views_of(const loom_gpt2 *m, int slot, int chunk) {
     char *base = m->acts_mem; // the slots, then the scratch they share
     size_t per_slot = layout_slot(&v.a, NULL, m, m->max_B, m->max_T, m->training);
     layout_slot(&v.a, base + (size_t)slot * per_slot, m, B, T, m->training);
-    layout_shared(&v, base + (size_t)m->slots * per_slot, m, B, T);
+    layout_shared(&v, base + (size_t)m->slots * per_slot, m, B, T, logits_rows(m, (int64_t)m->max_B * m->max_T));
     if (m->training) {
         layout_grads(&v, m->grad_acts_mem, m, B, T);
         if (m->slots == 1 && m->layout.stage.head) v.a.dlnf = v.dlocal;
@@ -279,7 +287,8 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
     m->slot_B = loom_xcalloc((size_t)m->slots, sizeof(int));
     m->slot_T = loom_xcalloc((size_t)m->slots, sizeof(int));
     gpt2_views v;
-    size_t abytes = layout_shared(&v, NULL, m, B, T) + (size_t)m->slots * layout_slot(&v.a, NULL, m, B, T, training);
+    size_t abytes = layout_shared(&v, NULL, m, B, T, logits_rows(m, (int64_t)B * T)) +
+                    (size_t)m->slots * layout_slot(&v.a, NULL, m, B, T, training);
     size_t gbytes = training ? layout_grads(&v, NULL, m, B, T) : 0;
     size_t pbytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
     m->acts_mem = be->alloc(be, abytes);
@@ -297,7 +306,8 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
 
 size_t loom_gpt2_activation_bytes(const loom_gpt2 *m, int B, int T, bool training, size_t *offloaded) {
     gpt2_views v;
-    size_t bytes = layout_shared(&v, NULL, m, B, T) + (size_t)m->slots * layout_slot(&v.a, NULL, m, B, T, training) +
+    size_t bytes = layout_shared(&v, NULL, m, B, T, logits_rows(m, (int64_t)B * T)) +
+                   (size_t)m->slots * layout_slot(&v.a, NULL, m, B, T, training) +
                    (training ? layout_grads(&v, NULL, m, B, T) : 0);
     *offloaded = training && m->offload_activations ? gpt2_offload_plan(m, &v.a) : 0;
     return bytes;
@@ -309,7 +319,7 @@ size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded) {
     size_t pbytes = (size_t)m->num_elements * loom_dtype_size(m->be->dtype);
     size_t total = (m->params ? pbytes : 0) + (m->grads ? pbytes : 0);
     if (m->acts_mem)
-        total += layout_shared(&v, NULL, m, m->max_B, m->max_T) +
+        total += layout_shared(&v, NULL, m, m->max_B, m->max_T, logits_rows(m, (int64_t)m->max_B * m->max_T)) +
                  (size_t)m->slots * layout_slot(&v.a, NULL, m, m->max_B, m->max_T, m->training);
     if (m->grad_acts_mem) total += layout_grads(&v, NULL, m, m->max_B, m->max_T);
     return total;

@@ -206,7 +206,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .peak_bytes = 0,
         .host_bytes_in_use = 0,
         .host_peak_bytes = 0,
-        .chunk_bytes = (size_t)512 << 20,
+        .chunk_bytes = (size_t)256 << 20,
         .stream = cu->stream,
         .alloc = cuda_alloc,
         .free = cuda_free,
