@@ -20,12 +20,9 @@ static int64_t width(const loom_gpt2 *m, int k) { // output rows of block tensor
 // Rows of the residual stream this rank holds for N tokens.
 static int64_t local_rows(const loom_gpt2 *m, int64_t N) { return N / m->row_shards; }
 
-// Rows of the output layer's logits buffer for N rows: N split into equal chunks of at most
-// logits_chunk rows (the head walks them so), one chunk's rows.
-static int64_t logits_rows(const loom_gpt2 *m, int64_t N) {
-    int64_t nchunks = (N + m->logits_chunk - 1) / m->logits_chunk;
-    return (N + nchunks - 1) / nchunks;
-}
+// Rows of the output layer's logits buffer for N rows: one of the equal chunks of at most
+// logits_chunk rows that the head walks.
+static int64_t logits_rows(const loom_gpt2 *m, int64_t N) { return gpt2_equal_chunk(N, m->logits_chunk); }
 
 // Scratch shared by the slots, laid out from `base` (NULL: just count the bytes), its logits buffer
 // `rows` rows (logits_rows of the largest N the memory holds) or N if fewer.

@@ -307,8 +307,7 @@ static void head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) 
     bool fp8 = be->fp8;
     be->fp8 = false;
     const loom_gpt2_acts *a = &v->a;
-    int64_t N = v->N, max_chunk = v->logits.shape[0];
-    int64_t nchunks = (N + max_chunk - 1) / max_chunk, chunk = (N + nchunks - 1) / nchunks; // equal chunks
+    int64_t N = v->N, chunk = gpt2_equal_chunk(N, v->logits.shape[0]);
     for (int64_t r0 = 0; r0 < N; r0 += chunk) {
         int64_t r1 = r0 + chunk < N ? r0 + chunk : N, n = r1 - r0;
         loom_tensor lnf = loom_row_slice(&a->lnf, r0, r1);    // (n,C)

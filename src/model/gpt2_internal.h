@@ -30,6 +30,13 @@ loom_tensor gpt2_applied(const loom_gpt2 *m, int l, int k);
 // This rank's rows (Nl) of an all-rows tensor (N,...).
 loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full);
 
+// The rows of each of the equal chunks that N rows split into, at most `most` rows a chunk (the
+// last may have fewer): how the head walks the output layer's rows, and so what its logits buffer holds.
+static inline int64_t gpt2_equal_chunk(int64_t N, int64_t most) {
+    int64_t nchunks = (N + most - 1) / most;
+    return (N + nchunks - 1) / nchunks;
+}
+
 // The mean loss over the views' N tokens, read back from the slot's losses (after the head).
 double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v);
 
