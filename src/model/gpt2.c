@@ -363,11 +363,16 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
     return loss;
 }
 
-// Forward and backward of the whole model on slot 0 (*loss: as loom_gpt2_stage_forward's).
+// Forward and backward of the whole model on slot 0 (*loss: as loom_gpt2_stage_forward's, read
+// back once the backward is queued, so that the device runs on while the host waits for it).
 static void passes(loom_gpt2 *m, float grad_scale, double *loss) {
     LOOM_CHECK(m->training);
-    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, loss);
+    loom_gpt2_stage_forward(m, 0, 0, (loom_tensor){0}, true, grad_scale, NULL);
     loom_gpt2_stage_backward(m, 0, 0, (loom_tensor){0}, LOOM_GRAD_ALL);
+    if (loss) {
+        gpt2_views v = gpt2_views_of(m, 0, 0);
+        *loss = gpt2_mean_loss(m, &v);
+    }
 }
 
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,

@@ -179,7 +179,8 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
 double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T);
 // Forward and backward on one micro-batch: returns the mean loss and adds
 // grad_scale * d(mean loss)/d(params) into m->grads (grad_scale = 1/accumulation steps).
-// Needs loom_gpt2_alloc(..., training=true).
+// The loss is read back after the backward is queued (one wait, at the end). Needs
+// loom_gpt2_alloc(..., training=true).
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float grad_scale);
 void loom_gpt2_zero_grads(loom_gpt2 *m); // the model's own (external gradients are their owner's)
