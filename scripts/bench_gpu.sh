@@ -9,9 +9,10 @@
 # max-autotune-no-cudagraphs) and the faster one is kept. Prints tokens/s, MFU (6N + 6LTC FLOPs
 # per token against 989 TFLOP/s), peak memory and the loom/PyTorch ratio as a table; the raw
 # outputs go to $OUT (or /tmp). A config may name loom's precision (bf16 by default, or fp8: the
-# blocks' matmuls in FP8) and its FP8 recipe (tensorwise by default, or delayed); the peer runs in
-# bf16, once per model and batch.
-#   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE]]] ...]   (RECOMPUTE: none, gelu, full)
+# blocks' matmuls in FP8), its FP8 recipe (tensorwise by default, or delayed) and `graphs` for
+# loom's --cuda-graphs (the whole step replayed as one CUDA graph; launched op by op by default);
+# the peer runs in bf16, once per model and batch, in torch.compile's modes without CUDA graphs.
+#   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE[:graphs]]]] ...]   (RECOMPUTE: none, gelu, full)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${OUT:-/tmp}
@@ -20,11 +21,12 @@ CONFIGS=("$@")
 failed=0
 declare -A peer_done=() # model:batch pairs whose peer ran in this call
 for c in "${CONFIGS[@]}"; do
-    IFS=: read -r m b r p f <<< "$c"
+    IFS=: read -r m b r p f g <<< "$c"
+    [ -n "$g" ] && [ "$g" != graphs ] && { echo "bench_gpu.sh: '$g' in $c is not 'graphs'" >&2; exit 2; }
     # shellcheck disable=SC2046
     build-gpu/loom bench --model "$m" --batch "$b" --seq 1024 --steps 10 --warmup 3 --device cuda \
         --recompute "${r:-none}" --precision "${p:-bf16}" $([ -n "$f" ] && echo "--fp8-recipe $f") \
-        > "$OUTDIR/bench_loom_${m}_${b}_${r:-none}_${p:-bf16}${f:+_$f}.txt" || failed=1
+        $([ -n "$g" ] && echo --cuda-graphs) > "$OUTDIR/bench_loom_${m}_${b}_${r:-none}_${p:-bf16}${f:+_$f}${g:+_$g}.txt" || failed=1
     peer="$OUTDIR/bench_torch_${m}_$b"
     [ -n "${peer_done[$m:$b]:-}" ] && continue
     peer_done[$m:$b]=1
@@ -40,13 +42,13 @@ done
 python3 - "$OUTDIR" "${CONFIGS[@]}" <<'PY'
 import json, sys
 out, configs = sys.argv[1], sys.argv[2:]
-print("| model | B | loom recompute | loom precision | loom tokens/s | loom MFU | loom peak GiB | PyTorch (bf16) tokens/s | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| model | B | loom recompute | loom precision | loom step | loom tokens/s | loom MFU | loom peak GiB | PyTorch (bf16) tokens/s | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for c in configs:
-    m, b, r, p, recipe = (c.split(":") + ["", "", ""])[:5]
+    m, b, r, p, recipe, g = (c.split(":") + ["", "", "", ""])[:6]
     r, p = r or "none", p or "bf16" # the defaults the loom runs above took
     try:
-        name = f"{out}/bench_loom_{m}_{b}_{r}_{p}{'_' + recipe if recipe else ''}.txt"
+        name = f"{out}/bench_loom_{m}_{b}_{r}_{p}{'_' + recipe if recipe else ''}{'_' + g if g else ''}.txt"
         row = [l for l in open(name) if l.startswith("|") and "step ms" not in l][-1]
         f = [x.strip() for x in row.strip().strip("|").split("|")]
         ltok, lmfu, lpeak = float(f[4]), f[8], f[9].replace(" GiB", "")
@@ -57,6 +59,6 @@ for c in configs:
         ttok, tmfu, tpeak = t["tokens_per_s"], f"{100 * t['mfu']:.1f}%", f"{t['peak_mem_gib']:.2f}"
     except (OSError, IndexError, ValueError, KeyError):
         ttok, tmfu, tpeak = float("nan"), "-", "-"
-    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
+    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if g else 'launches'} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
 PY
 exit $failed
