@@ -135,7 +135,8 @@ tensorboard)
   grep -q '"mfu"' m.jsonl || fail "no MFU in the metrics"
   # the reader is not fooled: one flipped bit in a copy is a CRC failure
   mkdir bad && cp tb/events.out.tfevents.* bad/ && f=$(ls bad/*)
-  printf '\x01' | dd of="$f" bs=1 seek=100 conv=notrunc status=none
+  b=$(od -An -tu1 -j100 -N1 "$f" | tr -d ' ') # byte 100 with its low bit flipped (so changed for certain)
+  printf "\\x$(printf %02x $((b ^ 1)))" | dd of="$f" bs=1 seek=100 conv=notrunc status=none
   /usr/bin/python3 "$SRC/tests/cli/tensorboard_read.py" bad m.jsonl "$SRC/src/cli" "$WORK" 2>err.txt &&
     fail "the reader accepted a damaged file"
   grep -q "CRC mismatch" err.txt || fail "damaged file: $(cat err.txt)"
