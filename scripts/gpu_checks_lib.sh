@@ -1,6 +1,7 @@
 # Shared by scripts/tp_gpu.sh, pp_gpu.sh, fsdp_gpu.sh, cp_gpu.sh, graphs_gpu.sh and multi_gpu.sh (sourced, with NAME set): build-gpu's loom,
 # the fixtures, a scratch folder, mpirun with ranks sharing the GPU, and the table of checks.
 # DEVICE_COMM=nccl (scripts/multi_gpu.sh): the layouts' collectives over NCCL, one GPU per rank.
+# LAYOUT_TIMEOUT: seconds a layout's run may take (300).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -43,7 +44,7 @@ fp32_vs_cpu() {
         read -r np flags <<<"$layout"
         name=$(echo "$np$flags" | tr -d ' -')
         # shellcheck disable=SC2086
-        if ran "fp32 cuda, $np ranks $flags" "$WORK/$name.log" timeout 300 mpirun -np "$np" "$LOOM" train "${ARGS[@]}" \
+        if ran "fp32 cuda, $np ranks $flags" "$WORK/$name.log" timeout "${LAYOUT_TIMEOUT:-300}" mpirun -np "$np" "$LOOM" train "${ARGS[@]}" \
             $flags --device cuda --precision fp32 --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl"; then
             result=$(paste <(losses "$WORK/$name.jsonl") <(losses "$WORK/cpu.jsonl") |
                 awk '{ d = $1 - $2; if (d < 0) d = -d; e = d / $2; if (e > w) w = e; n++ }
@@ -73,19 +74,20 @@ bf16_curves() {
         read -r np flags <<<"$layout"
         name=bf16_$(echo "$np$flags" | tr -d ' -')
         # shellcheck disable=SC2086
-        ran "bf16 cuda, $np ranks $flags" "$WORK/$name.log" timeout 300 mpirun -np "$np" "$LOOM" train "${args[@]}" \
+        ran "bf16 cuda, $np ranks $flags" "$WORK/$name.log" timeout "${LAYOUT_TIMEOUT:-300}" mpirun -np "$np" "$LOOM" train "${args[@]}" \
             $flags --device cuda --precision bf16 --device-comm "${DEVICE_COMM:-mpi}" --metrics "$WORK/$name.jsonl" &&
             row "bf16 cuda, $np ranks $flags, 50 steps" "$(worst "$WORK/$name.jsonl" "$WORK/bf16_ref.jsonl")"
         grep -E "mesh|memory|peak|pipeline" "$WORK/$name.log"
     done
 }
 
-# The table of checks; removes the scratch folder and exits 1 when a check failed.
+# The table of checks; removes the scratch folder (unless KEEP_WORK is set) and exits 1 when a
+# check failed.
 finish() {
     echo
     printf '| %-46s | %-60s |\n' "check" "result"
     printf '|%s|%s|\n' "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..62})"
     printf '%s\n' "${ROWS[@]}"
-    rm -rf "$WORK"
+    [ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"
     exit $failed
 }

@@ -15,9 +15,14 @@
 #      and 2: tokens/s, scaling (2-GPU tokens/s / 2 x 1-GPU; the mark: 95%, aimed at 98%), peak
 #      memory per GPU
 #   4. tensor and pipeline parallelism: `loom train` of gpt2-medium and gpt2-xl (--recompute gelu)
-#      with tp 2, pp 2 (1f1b, zb-v) and dp 2 (ZeRO 1), the same global batch: tokens/s and peak
-#      per GPU. Not yet here: the PyTorch peers of TP (DTensor), PP (torch.distributed.pipelining)
-#      and FSDP2 (fully_shard).
+#      with tp 2 (gpt2-medium only: gpt2-xl's 25 heads do not split over 2), pp 2 (1f1b, zb-v)
+#      and dp 2 (ZeRO 1), the same global batch: tokens/s and peak per GPU. Not yet here: the
+#      PyTorch peers of TP (DTensor) and PP (torch.distributed.pipelining)
+#   5. ZeRO 3 beside PyTorch FSDP2: `loom bench --zero 3` of gpt2-xl, B=8 T=1024 per GPU on 2
+#      GPUs, beside bench/peer/gpt2_torch.py --fsdp (fully_shard per block) under torchrun:
+#      tokens/s and peak memory per GPU
+# PARTS (default "1 2 3 4 5") picks the parts to run, so that they can be spread over several
+# device calls; DDP_MODELS, TP_MODELS and FSDP_MODELS the models of parts 3, 4 and 5.
 # Prints one table last; exit 1 when a check failed, 2 with fewer than 2 GPUs.
 NAME=multi_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
@@ -26,8 +31,10 @@ OUTDIR=${OUT:-$WORK}
 G=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$G" -ge 2 ] || { echo "multi_gpu: needs 2 GPUs or more, found $G"; exit 2; }
 MPI=(mpirun -np) # one GPU per rank: cuda takes the GPU of the local rank
+part() { [[ " ${PARTS:-1 2 3 4 5} " == *" $1 "* ]]; }
 
 # 1. correctness over NCCL
+part 1 && {
 ARGS=(--model gpt2-mini --layers 4 --heads 4 --channels 64 --max-seq 64 --train-data "$FIX/gpt2_eval_shard.bin"
       --seq 64 --lr 5e-4 --warmup 2 --batch 2 --global-batch 16 --steps 10)
 LAYOUTS=("2 --zero 0" "2 --zero 1" "2 --zero 2" "2 --zero 3" "2 --tp 2 --sp" "2 --pp 2 --pp-schedule 1f1b"
@@ -36,24 +43,27 @@ LAYOUTS=("2 --zero 0" "2 --zero 1" "2 --zero 2" "2 --zero 3" "2 --tp 2 --sp" "2 
                             "4 --cp 2 --zero 3")
 fp32_vs_cpu "${LAYOUTS[@]}"
 bf16_curves 16 "2 --zero 0" "2 --zero 1" "2 --zero 2" "2 --zero 3"
+}
 
-# 2. collectives beside PyTorch's
-"${MPI[@]}" "$G" "$LOOM" bench-comm --op all --min-bytes 1M --max-bytes 4G --device cuda --precision bf16 \
-    >"$OUTDIR/comm_loom.txt" 2>&1 || { failed=1; row "loom bench-comm, $G GPUs" "FAIL: $(tail -1 "$OUTDIR/comm_loom.txt")"; }
-torchrun --nproc-per-node "$G" bench/peer/comm_torch.py --op all --min-bytes 1M --max-bytes 4G --dtype bf16 \
-    >"$OUTDIR/comm_torch.txt" 2>"$OUTDIR/comm_torch.err" || { failed=1; row "torch collectives, $G GPUs" "FAIL"; }
-cat "$OUTDIR/comm_loom.txt" "$OUTDIR/comm_torch.txt"
-for op in allreduce reduce_scatter allgather alltoall; do # loom / PyTorch busbw at 256 MiB and above
-    row "busbw $op, $G GPUs, >= 256 MiB: loom / torch" "$(join <(awk -v o=$op '$1 == o && $2 >= 268435456 {print $2, $7}' \
-        "$OUTDIR/comm_loom.txt" | sort) <(awk -v o=$op '$1 == o && $2 >= 268435456 {print $2, $7}' "$OUTDIR/comm_torch.txt" |
-        sort) | sort -n | awk '{ r = $2 / $3; if (n == 0 || r < lo) lo = r; s = s sprintf("%s%.0f/%.0f", n ? " " : "", $2, $3); n++ }
-        END { if (n) printf "%s GB/s; worst %.3f", s, lo; else printf "no rows" }')"
+# 2. collectives beside PyTorch's, on 2 GPUs (the mark) and on all of them
+part 2 && for g in $(printf '%s\n' 2 "$G" | sort -un); do
+    "${MPI[@]}" "$g" "$LOOM" bench-comm --op all --min-bytes 1M --max-bytes 4G --device cuda --precision bf16 \
+        >"$OUTDIR/comm_loom_$g.txt" 2>&1 || { failed=1; row "loom bench-comm, $g GPUs" "FAIL: $(tail -1 "$OUTDIR/comm_loom_$g.txt")"; }
+    torchrun --nproc-per-node "$g" bench/peer/comm_torch.py --op all --min-bytes 1M --max-bytes 4G --dtype bf16 \
+        >"$OUTDIR/comm_torch_$g.txt" 2>"$OUTDIR/comm_torch_$g.err" || { failed=1; row "torch collectives, $g GPUs" "FAIL"; }
+    cat "$OUTDIR/comm_loom_$g.txt" "$OUTDIR/comm_torch_$g.txt"
+    for op in allreduce reduce_scatter allgather alltoall; do # loom / PyTorch busbw at 256 MiB and above
+        row "busbw $op, $g GPUs, >= 256 MiB: loom / torch" "$(join <(awk -v o=$op '$1 == o && $2 >= 268435456 {print $2, $7}' \
+            "$OUTDIR/comm_loom_$g.txt" | sort) <(awk -v o=$op '$1 == o && $2 >= 268435456 {print $2, $7}' "$OUTDIR/comm_torch_$g.txt" |
+            sort) | sort -n | awk '{ r = $2 / $3; if (n == 0 || r < lo) lo = r; s = s sprintf("%s%.0f/%.0f", n ? " " : "", $2, $3); n++ }
+            END { if (n) printf "%s GB/s; worst %.3f", s, lo; else printf "no rows" }')"
+    done
 done
 
 # 3. data parallelism beside PyTorch DDP
 tps() { bench_row "$1" | awk '{print $2}'; } # tokens/s of a loom bench table
 peak() { bench_row "$1" | awk '{print $4 $5}'; }
-for m in gpt2 gpt2-medium; do
+part 3 && for m in ${DDP_MODELS:-gpt2 gpt2-medium}; do
     B=(--model "$m" --batch 16 --seq 1024 --steps 10 --warmup 3 --device cuda --precision bf16)
     "$LOOM" bench "${B[@]}" >"$OUTDIR/ddp_loom_${m}_1.txt" 2>&1 || failed=1
     one=$(tps "$OUTDIR/ddp_loom_${m}_1.txt")
@@ -78,10 +88,13 @@ done
 
 # 4. tensor and pipeline parallelism beside data parallelism: `loom train` on the fixture shard
 # repeated, the same global batch of 32 sequences of 1024 in micro-batches of 4, 12 steps
+part 4 && {
 copies=$((32 * 1024 * 12 / 4000 + 2)) # the fixture shard holds about 4,300 tokens
 for i in $(seq 1 "$copies"); do cp "$FIX/gpt2_eval_shard.bin" "$WORK/seq_$(printf %03d "$i").bin"; done
-for m in gpt2-medium gpt2-xl; do
-    for layout in "--tp 2" "--pp 2 --pp-schedule 1f1b" "--pp 2 --pp-schedule zb-v" "--zero 1"; do
+for m in ${TP_MODELS:-gpt2-medium gpt2-xl}; do
+    tp="--tp 2"
+    [ "$m" = gpt2-xl ] && tp= # 25 heads: tensor parallelism splits whole heads
+    for layout in $tp "--pp 2 --pp-schedule 1f1b" "--pp 2 --pp-schedule zb-v" "--zero 1"; do
         name=$(echo "$m$layout" | tr -d ' -')
         # shellcheck disable=SC2086
         ran "$m 2 GPUs $layout" "$OUTDIR/$name.log" "${MPI[@]}" 2 "$LOOM" train --model "$m" --train-data "$WORK/seq_*.bin" \
@@ -91,5 +104,19 @@ for m in gpt2-medium gpt2-xl; do
                 sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/' | sort -n | awk '{v[NR] = $1} END {printf "%.0f", v[int((NR + 1) / 2)]}') \
 tokens/s (median of steps 3-12), $(grep -o 'peak memory.*' "$OUTDIR/$name.log" | head -1 | sed 's/ (allocations[^)]*)//')"
     done
+done
+}
+
+# 5. ZeRO 3 beside PyTorch FSDP2
+part 5 && for m in ${FSDP_MODELS:-gpt2-xl}; do
+    "${MPI[@]}" 2 "$LOOM" bench --model "$m" --batch 8 --seq 1024 --steps 10 --warmup 3 --device cuda --precision bf16 \
+        --zero 3 >"$OUTDIR/fsdp_loom_$m.txt" 2>&1 || failed=1
+    torchrun --nproc-per-node 2 bench/peer/gpt2_torch.py --model "$m" --batch 8 --seq 1024 --steps 10 --fsdp \
+        >"$OUTDIR/fsdp_torch_$m.json" 2>"$OUTDIR/fsdp_torch_$m.err" || failed=1
+    read -r t tpeak < <(python3 -c 'import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(r["tokens_per_s"], "%.2f" % r["peak_mem_gib"])' "$OUTDIR/fsdp_torch_$m.json" 2>/dev/null || echo "nan -")
+    row "$m B=8 2 GPUs: loom ZeRO 3 / FSDP2" "$(awk -v a="$(tps "$OUTDIR/fsdp_loom_$m.txt")" -v b="$t" -v p="$(peak "$OUTDIR/fsdp_loom_$m.txt")" \
+        -v q="$tpeak" 'BEGIN {printf "%.0f / %.0f tokens/s (%.3fx), peak %s / %s GiB", a, b, a / b, p, q}')"
 done
 finish

@@ -12,6 +12,8 @@ default and max-autotune-no-cudagraphs and keeps the faster).
 
   python3 gpt2_torch.py --model gpt2 --batch 16 --seq 1024 --steps 20 [--compile-mode max-autotune-no-cudagraphs]
   torchrun --nproc-per-node 2 gpt2_torch.py ...       # DDP over NCCL, batch per GPU
+  torchrun --nproc-per-node 2 gpt2_torch.py --fsdp ... # FSDP2 (ZeRO 3) instead: fully_shard per block
+                                                       # and the root, each block compiled (torchtitan's way)
 
 Prints one JSON line: tokens/s (all ranks), MFU (6N + 6LTC FLOPs per token against 989 TFLOP/s
 per GPU), median step time, peak memory per GPU.
@@ -83,6 +85,7 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--compile-mode", default="default", choices=["default", "max-autotune-no-cudagraphs"])
     ap.add_argument("--loss-over", default="padded", choices=["padded", "real"])
+    ap.add_argument("--fsdp", action="store_true", help="shard with FSDP2 (fully_shard) instead of DDP")
     a = ap.parse_args()
     world, rank, local = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local)
@@ -94,14 +97,21 @@ def main():
     L, NH, C = CONFIGS[a.model]
     model = GPT2(L, NH, C).cuda()
     n_params = sum(p.numel() for p in model.parameters()) - (VP - V) * C
+    if a.fsdp:  # each block compiled, then sharded block by block and at the root (wte, wpe, lnf)
+        from torch.distributed.fsdp import fully_shard
+        for i, b in enumerate(model.blocks):
+            if not a.no_compile:
+                model.blocks[i] = torch.compile(b, mode=a.compile_mode)
+            fully_shard(model.blocks[i])
+        fully_shard(model)
     decay = [p for p in model.parameters() if p.dim() == 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    if world > 1:
+    if world > 1 and not a.fsdp:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local], gradient_as_bucket_view=True,
                                                           static_graph=True)
-    step_fn = model if a.no_compile else torch.compile(model, mode=a.compile_mode)
+    step_fn = model if a.no_compile or a.fsdp else torch.compile(model, mode=a.compile_mode)
     g = torch.Generator(device="cuda").manual_seed(rank)
     x = torch.randint(0, V, (a.batch, a.seq), device="cuda", generator=g)
     y = torch.randint(0, V, (a.batch, a.seq), device="cuda", generator=g)
@@ -122,7 +132,8 @@ def main():
     tokens = a.batch * a.seq * world
     flops = (6 * n_params + 6 * L * a.seq * C) * tokens
     out = {"peer": "pytorch", "torch": torch.__version__, "compile": "none" if a.no_compile else a.compile_mode,
-           "loss_over": a.loss_over, "model": a.model, "gpus": world, "batch": a.batch,
+           "loss_over": a.loss_over, "model": a.model, "gpus": world, "sharding": "fsdp2" if a.fsdp else "ddp",
+           "batch": a.batch,
            "seq": a.seq, "step_ms": step * 1e3, "tokens_per_s": tokens / step, "mfu": flops / step / (PEAK * world),
            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}
     if rank == 0:

@@ -106,7 +106,7 @@ int loom_cmd_bench(int argc, char **argv) {
     loom_log_set_rank(rank, W);
     const char *model = "gpt2", *recompute = "auto", *offload = "";
     int steps = 3, warmup = 1, layers = 0, heads = 0, channels = 0;
-    float peak_tflops = 0;
+    float peak_tflops = 0, bucket_mb = 25;
     loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .bucket_mb = 25, .seed = 1337,
                            .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                      .grad_clip = 1.0f},
@@ -129,6 +129,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
         {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks", 0, 3},
+        {"bucket-mb", FLAG_FLOAT, &bucket_mb, "gradient bucket size in MiB for the data-parallel reduction", 0, 65536, FLAG_ABOVE_MIN},
         {"device", FLAG_STR, &c.device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
         {"fp8-recipe", FLAG_STR, &c.fp8_recipe, CLI_FP8_RECIPE_HELP},
@@ -144,6 +145,7 @@ int loom_cmd_bench(int argc, char **argv) {
     int npos;
     loom_trainer *t = NULL;
     loom_status s = loom_flags_parse(&cli, argc, argv, &help, &pos, &npos);
+    c.bucket_mb = bucket_mb;
     if (s == LOOM_OK && !help && W % c.tp != 0)
         s = loom_fail(LOOM_EINVAL, "use a --tp that divides the ranks", "--tp %d does not divide the %d ranks", c.tp, W);
     if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
@@ -186,7 +188,9 @@ int loom_cmd_bench(int argc, char **argv) {
     loom_info(" %s |\n", peak);
     loom_info("GFLOP/s: the model's FLOPs of a step (6N + 6LTC per token) per rank / the step time\n"
               "ratio:   GFLOP/s / matmul GFLOP/s, this backend's own rate on one 2048 x 2048 x 2048 product measured\n"
-              "         just before: how near the whole step comes to the device's matmul speed\n%s",
+              "         just before: how near the whole step comes to the device's matmul speed\n"
+              "bwd ms:  the step's forward and backward passes with the gradients' reduction and norm, less fwd ms\n"
+              "         (one forward timed apart); step ms = fwd + bwd + opt\n%s",
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
     if (c.cuda_graphs) loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
     loom_train_memory mem;

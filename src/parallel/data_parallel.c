@@ -1,7 +1,9 @@
 // See data_parallel.h. A step, with W ranks and A micro-batches:
 //   for a in 0..A-1: begin_micro_batch; forward/backward (LOOM_HOOK_GRADS hooks start the
 //                    bucket reduce-scatters); end_micro_batch
-//   reduced_grads (zero 0: all-gather pieces; the norm) -> AdamW on the slices -> gather_params
+//   (zero 0: each bucket's all-gather of the reduced pieces starts at the next layer's hook)
+//   reduced_grads (zero 0: the rest of the all-gathers, and waits; the norm) -> AdamW on the
+//   slices -> gather_params
 #include "parallel/data_parallel.h"
 
 #include <stdlib.h>
@@ -15,6 +17,7 @@ typedef struct {
     int ready_layer;      // backward layer after which every gradient in it is final
     bool staged;          // len % W != 0: reduced and gathered through the staging buffer (ZeRO 0-2)
     bool reducing;        // its reduction has started and is not finished
+    bool gathering;       // ZeRO 0: its all-gather into the full buffer has started (this step)
     void *target;         // ZeRO 3: where its reduction lands (the shard, or the scratch to add)
     loom_comm_req *req;
 } bucket;
@@ -35,6 +38,7 @@ struct loom_dp {
     void *shard, *scratch;    // (shard_n) reduced pieces; zero 2: one micro-batch's before accumulation
                               // (zero 3: one piece)
     void *staging;            // (W * piece of the ragged bucket)
+    double *norm_acc;         // (W) fp64 sums of squares of each rank's pieces, in backend memory
     bool communicate, first;  // this micro-batch reduces; it is the step's first reduction
     loom_status error;
     const loom_param_table *table;
@@ -136,7 +140,8 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
         dp->shard = be->alloc(be, (size_t)dp->shard_n * dp->es);
         dp->scratch = dp->scratch_n ? be->alloc(be, (size_t)dp->scratch_n * dp->es) : NULL;
         dp->staging = dp->staging_n ? be->alloc(be, (size_t)dp->staging_n * dp->es) : NULL;
-        if (!dp->shard || (dp->scratch_n && !dp->scratch) || (dp->staging_n && !dp->staging)) {
+        dp->norm_acc = be->alloc(be, (size_t)dp->W * sizeof(double));
+        if (!dp->shard || (dp->scratch_n && !dp->scratch) || (dp->staging_n && !dp->staging) || !dp->norm_acc) {
             long long n = (long long)dp->shard_n;
             loom_dp_free(dp);
             return loom_fail(LOOM_ENOMEM, "use a higher --zero stage or fewer parameters",
@@ -164,6 +169,7 @@ void loom_dp_free(loom_dp *dp) {
     dp->be->free(dp->be, dp->shard);
     dp->be->free(dp->be, dp->scratch);
     dp->be->free(dp->be, dp->staging);
+    dp->be->free(dp->be, dp->norm_acc);
     free(dp->buckets);
     free(dp->slices);
     free(dp);
@@ -177,7 +183,7 @@ int64_t loom_dp_state_elements(const loom_dp *dp) { return dp->zero == 0 ? dp->n
 int loom_dp_num_buckets(const loom_dp *dp) { return dp->nbuckets; }
 
 size_t loom_dp_memory_bytes(const loom_dp *dp) {
-    return dp->reduces ? (size_t)(dp->shard_n + dp->scratch_n + dp->staging_n) * dp->es : 0;
+    return dp->reduces ? (size_t)(dp->shard_n + dp->scratch_n + dp->staging_n) * dp->es + (size_t)dp->W * sizeof(double) : 0;
 }
 int64_t loom_dp_bucket_elements(const loom_dp *dp) { return dp->buckets[0].len; }
 
@@ -247,10 +253,29 @@ static void finish_reductions(loom_dp *dp) {
         if (dp->buckets[b].reducing) finish_reduce(dp, b);
 }
 
+// ZeRO 0: completes bucket b's reduce-scatter and starts the all-gather of its reduced pieces
+// from the shard into the full gradient buffer, which nothing writes until the next step (the
+// bucket's gradients are final, and ZeRO 0 reduces once a step). Not for the ragged bucket: it
+// goes through the staging buffer, in gather.
+static void start_grads_gather(loom_dp *dp, int b) {
+    bucket *k = &dp->buckets[b];
+    finish_reduce(dp, b);
+    k->gathering = true;
+    keep_error(dp, loom_allgather(dp->comm, AT(dp->shard, k->shard_offset), AT(dp->grads, k->start), (size_t)k->piece,
+                                  dp->be->dtype, &k->req));
+}
+
 void loom_dp_grads_ready(void *ctx, int layer) {
     loom_dp *dp = ctx;
     if (!dp->communicate) return;
     if (dp->zero == 3) finish_reductions(dp); // one unit's reduction in flight: one scratch piece, few buffers
+    // zero 0: the reduce-scatters started at an earlier layer's hook (a layer's backward ago, so
+    // mostly done) go on to their all-gathers, which then run under the rest of backward too. By
+    // layer, not by which have finished: every rank starts its collectives in the same order.
+    for (int b = 0; b < dp->nbuckets; b++) {
+        const bucket *k = &dp->buckets[b];
+        if (dp->zero == 0 && k->reducing && !k->staged && k->ready_layer > layer) start_grads_gather(dp, b);
+    }
     for (int b = 0; b < dp->nbuckets; b++)
         if (dp->buckets[b].ready_layer == layer) start_reduce(dp, b);
     for (int b = 0; b < dp->nbuckets; b++) { // MPI moves data forward inside its calls
@@ -330,11 +355,28 @@ static double piece_sumsq(loom_dp *dp, int r, bool from_shard, double *acc) {
     return total;
 }
 
+// The sum of squares of ranks [r0, r1)'s pieces (piece_sumsq), each rank's added up in backend
+// memory without a wait per run, read back at once and added in rank order: the bits of the
+// host's fp64 sums of the same runs, at one wait instead of one a run.
+static double ranks_sumsq(loom_dp *dp, int r0, int r1, bool from_shard) {
+    loom_backend *be = dp->be;
+    size_t bytes = (size_t)(r1 - r0) * sizeof(double);
+    be->zero(be, dp->norm_acc, bytes);
+    for (int r = r0; r < r1; r++) piece_sumsq(dp, r, from_shard, dp->norm_acc + (r - r0));
+    double *each = loom_xmalloc(bytes), total = 0;
+    be->download(be, each, dp->norm_acc, bytes);
+    for (int r = r0; r < r1; r++) total += each[r - r0];
+    free(each);
+    return total;
+}
+
 // Gathers every rank's piece of each bucket into full (in place: this rank's piece is already
-// at full + start + R*piece, or in the shard when from_shard).
+// at full + start + R*piece, or in the shard when from_shard), but for the buckets whose
+// all-gather started during backward (start_grads_gather), then waits for all.
 static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
     for (int b = 0; b < dp->nbuckets; b++) {
         bucket *k = &dp->buckets[b];
+        if (k->gathering) continue;
         void *dst = k->staged ? dp->staging : AT(full, k->start), *mine = AT(dst, (int64_t)dp->R * k->piece);
         const void *src = from_shard ? AT(dp->shard, k->shard_offset) : AT(full, k->start + (int64_t)dp->R * k->piece);
         if (src != mine) dp->be->copy(dp->be, mine, src, (size_t)k->own_len * dp->es);
@@ -346,6 +388,7 @@ static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
         }
     }
     wait_all(dp);
+    for (int b = 0; b < dp->nbuckets; b++) dp->buckets[b].gathering = false;
     loom_status s = dp->error;
     dp->error = LOOM_OK;
     return s;
@@ -359,10 +402,10 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq)
     } else if (dp->zero == 0) {
         LOOM_TRY(gather(dp, dp->grads, true));
         *grads = dp->grads;
-        for (int r = 0; r < dp->W; r++) sumsq += piece_sumsq(dp, r, false, NULL);
+        sumsq = ranks_sumsq(dp, 0, dp->W, false);
     } else {
         *grads = dp->shard;
-        double *each = loom_xmalloc((size_t)dp->W * sizeof(double)), mine = piece_sumsq(dp, dp->R, true, NULL);
+        double *each = loom_xmalloc((size_t)dp->W * sizeof(double)), mine = ranks_sumsq(dp, dp->R, dp->R + 1, true);
         loom_status s = loom_allgather(dp->host, &mine, each, 1, LOOM_F64, NULL);
         for (int r = 0; r < dp->W; r++) sumsq += each[r];
         free(each);

@@ -110,11 +110,11 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     LOOM_TRY(loom_train_fp8_end(t));
     out->loss = sum / A; // each cp rank's is the mean over its chunks: the average is the sequences'
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP_CP], &out->loss, 1, LOOM_F64, LOOM_AVG, NULL));
-    if (t->timed) t->be->synchronize(t->be);
-    t->time_fwd_bwd = loom_now() - t0;
     double sumsq;
     LOOM_TRY(loom_dp_reduced_grads(t->dp, &t->reduced, &sumsq));
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_MP], &sumsq, 1, LOOM_F64, LOOM_SUM, NULL)); // each parameter once
+    if (t->timed) t->be->synchronize(t->be);
+    t->time_fwd_bwd = loom_now() - t0; // with the gradients' reduction and norm
     out->norm = sqrt(sumsq);
     out->lr = loom_lr_at(&c->lr, t->st.step);
     return LOOM_OK;

@@ -94,8 +94,9 @@ typedef struct {
     uint64_t batch_first;
     void *reduced;             // the averaged gradients of the last backward (optimizer-state order)
     bool timed;                // synchronise to time the step's phases
-    double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches and update (when timed;
-                               // a replayed step is one: all of it in time_fwd_bwd, time_opt 0)
+    double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches with the gradients'
+                               // reduction and norm, and of its update (when timed; a replayed
+                               // step is one: all of it in time_fwd_bwd, time_opt 0)
     struct loom_step_graph *graph; // cuda_graphs: the step's recording (train/step_graph.c; else NULL)
 } loom_trainer;
 
