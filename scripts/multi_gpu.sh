@@ -16,8 +16,9 @@
 #      memory per GPU
 #   4. tensor and pipeline parallelism: `loom train` of gpt2-medium and gpt2-xl (--recompute gelu)
 #      with tp 2 (gpt2-medium only: gpt2-xl's 25 heads do not split over 2), pp 2 (1f1b, zb-v)
-#      and dp 2 (ZeRO 1), the same global batch: tokens/s and peak per GPU. Not yet here: the
-#      PyTorch peers of TP (DTensor) and PP (torch.distributed.pipelining)
+#      and dp 2 (ZeRO 1), the same global batch: tokens/s and peak per GPU; beside the PyTorch peers
+#      of TP (bench/peer/gpt2_torch_tp.py, DTensor) and PP 1f1b (gpt2_torch_pp.py,
+#      torch.distributed.pipelining) with the same micro-batches
 #   5. ZeRO 3 beside PyTorch FSDP2: `loom bench --zero 3` of gpt2-xl, B=8 T=1024 per GPU on 2
 #      GPUs, beside bench/peer/gpt2_torch.py --fsdp (fully_shard per block) under torchrun:
 #      tokens/s and peak memory per GPU
@@ -103,6 +104,14 @@ for m in ${TP_MODELS:-gpt2-medium gpt2-xl}; do
             row "$m 2 GPUs $layout" "$(grep '"tokens_per_s"' "$OUTDIR/$name.jsonl" | tail -10 |
                 sed 's/.*"tokens_per_s":\([0-9.]*\).*/\1/' | sort -n | awk '{v[NR] = $1} END {printf "%.0f", v[int((NR + 1) / 2)]}') \
 tokens/s (median of steps 3-12), $(grep -o 'peak memory.*' "$OUTDIR/$name.log" | head -1 | sed 's/ (allocations[^)]*)//')"
+    done
+    for peer in ${tp:+tp} pp; do # the same 8 micro-batches of 4 a step
+        torchrun --nproc-per-node 2 "bench/peer/gpt2_torch_$peer.py" --model "$m" --batch 4 --accum 8 --steps 10 --warmup 3 \
+            >"$OUTDIR/${peer}_torch_$m.json" 2>"$OUTDIR/${peer}_torch_$m.err" || failed=1
+        row "$m 2 GPUs PyTorch $peer" "$(python3 -c 'import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("%.0f tokens/s (%s), peak %.2f GiB" % (r["tokens_per_s"], r["sharding"], r["peak_mem_gib"]))' \
+            "$OUTDIR/${peer}_torch_$m.json" 2>/dev/null || echo "FAIL: $(tail -1 "$OUTDIR/${peer}_torch_$m.err")")"
     done
 done
 }

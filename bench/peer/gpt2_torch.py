@@ -37,16 +37,17 @@ V, VP, MAXT, PEAK = 50257, 50304, 1024, 989e12
 class Block(nn.Module):
     def __init__(self, C, NH):
         super().__init__()
-        self.nh = NH
+        self.hs = C // NH
         self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
         self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
 
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.nh, C // self.nh).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+    def forward(self, x):  # the heads from qkv's width: a tensor-parallel rank's own (gpt2_torch_tp.py)
+        B, T, _ = x.shape
+        qkv = self.qkv(self.ln1(x))
+        Cl = qkv.shape[-1] // 3
+        q, k, v = (t.view(B, T, Cl // self.hs, self.hs).transpose(1, 2) for t in qkv.split(Cl, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, Cl)
         x = x + self.proj(y)
         return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -75,7 +76,9 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.view(-1))
 
 
-def main():
+def setup(extra=None):
+    """The peers' flags (extra(ap) adds a peer's own) and the process's place: (args, world size,
+    rank, local rank), with the GPU set, the process group made when world > 1, seed and TF32."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt2", choices=CONFIGS)
     ap.add_argument("--batch", type=int, default=16)
@@ -85,7 +88,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--compile-mode", default="default", choices=["default", "max-autotune-no-cudagraphs"])
     ap.add_argument("--loss-over", default="padded", choices=["padded", "real"])
-    ap.add_argument("--fsdp", action="store_true", help="shard with FSDP2 (fully_shard) instead of DDP")
+    if extra:
+        extra(ap)
     a = ap.parse_args()
     world, rank, local = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local)
@@ -94,9 +98,62 @@ def main():
     torch.manual_seed(1337)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    return a, world, rank, local
+
+
+def adamw(params):
+    """Fused AdamW as every peer trains: weight decay 0.1 on matrices and embeddings."""
+    params = list(params)
+    decay, rest = [p for p in params if p.dim() == 2], [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+
+
+def tokens(a, rank, batch):
+    """Random inputs and targets (batch, a.seq), seeded by the rank."""
+    g = torch.Generator(device="cuda").manual_seed(rank)
+    return (torch.randint(0, V, (batch, a.seq), device="cuda", generator=g),
+            torch.randint(0, V, (batch, a.seq), device="cuda", generator=g))
+
+
+def timed(a, step):
+    """Median seconds of step() (which returns the loss) over a.steps after a.warmup,
+    synchronised around each, and the last loss."""
+    times, loss = [], None
+    for i in range(a.warmup + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2], loss
+
+
+def report(a, rank, gpus, step_tokens, sharding, seconds, loss):
+    """Rank 0 prints the JSON line for steps of step_tokens tokens over `gpus` GPUs (every rank
+    calls it: the peak is the largest rank's), then the process group ends."""
     L, NH, C = CONFIGS[a.model]
-    model = GPT2(L, NH, C).cuda()
-    n_params = sum(p.numel() for p in model.parameters()) - (VP - V) * C
+    peak = torch.tensor(float(torch.cuda.max_memory_allocated()), device="cuda")
+    if gpus > 1:
+        torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
+    n_params = 12 * L * C * C + 13 * L * C + V * C + MAXT * C + 2 * C  # GPT-2's, the real vocabulary
+    flops = (6 * n_params + 6 * L * a.seq * C) * step_tokens
+    out = {"peer": "pytorch", "torch": torch.__version__, "compile": "none" if a.no_compile else a.compile_mode,
+           "loss_over": a.loss_over, "model": a.model, "gpus": gpus, "sharding": sharding, "batch": a.batch,
+           "seq": a.seq, "step_ms": seconds * 1e3, "tokens_per_s": step_tokens / seconds,
+           "mfu": flops / seconds / (PEAK * gpus), "peak_mem_gib": peak.item() / 2**30,
+           "loss": loss}
+    if rank == 0:
+        print(json.dumps(out), flush=True)
+    if gpus > 1:
+        torch.distributed.destroy_process_group()
+
+
+def main():
+    a, world, rank, local = setup(lambda ap: ap.add_argument("--fsdp", action="store_true",
+                                                            help="shard with FSDP2 (fully_shard) instead of DDP"))
+    model = GPT2(*CONFIGS[a.model]).cuda()
     if a.fsdp:  # each block compiled, then sharded block by block and at the root (wte, wpe, lnf)
         from torch.distributed.fsdp import fully_shard
         for i, b in enumerate(model.blocks):
@@ -104,42 +161,25 @@ def main():
                 model.blocks[i] = torch.compile(b, mode=a.compile_mode)
             fully_shard(model.blocks[i])
         fully_shard(model)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = adamw(model.parameters())
     if world > 1 and not a.fsdp:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local], gradient_as_bucket_view=True,
                                                           static_graph=True)
     step_fn = model if a.no_compile or a.fsdp else torch.compile(model, mode=a.compile_mode)
-    g = torch.Generator(device="cuda").manual_seed(rank)
-    x = torch.randint(0, V, (a.batch, a.seq), device="cuda", generator=g)
-    y = torch.randint(0, V, (a.batch, a.seq), device="cuda", generator=g)
-    times = []
-    for i in range(a.warmup + a.steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+    x, y = tokens(a, rank, a.batch)
+
+    def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_fn(x, y, a.loss_over == "real")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if i >= a.warmup:
-            times.append(time.perf_counter() - t0)
-    step = sorted(times)[len(times) // 2]
-    tokens = a.batch * a.seq * world
-    flops = (6 * n_params + 6 * L * a.seq * C) * tokens
-    out = {"peer": "pytorch", "torch": torch.__version__, "compile": "none" if a.no_compile else a.compile_mode,
-           "loss_over": a.loss_over, "model": a.model, "gpus": world, "sharding": "fsdp2" if a.fsdp else "ddp",
-           "batch": a.batch,
-           "seq": a.seq, "step_ms": step * 1e3, "tokens_per_s": tokens / step, "mfu": flops / step / (PEAK * world),
-           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}
-    if rank == 0:
-        print(json.dumps(out), flush=True)
-    if world > 1:
-        torch.distributed.destroy_process_group()
+        return loss
+
+    seconds, loss = timed(a, step)
+    report(a, rank, world, a.batch * a.seq * world, "fsdp2" if a.fsdp else "ddp" if world > 1 else "none", seconds,
+           loss.item())
 
 
 if __name__ == "__main__":
