@@ -101,6 +101,11 @@ def setup(extra=None):
     return a, world, rank, local
 
 
+def accum_flag(ap):
+    """The model-parallel peers' flag: micro-batches a step (loom's global batch / batch)."""
+    ap.add_argument("--accum", type=int, default=8, help="micro-batches a step")
+
+
 def adamw(params):
     """Fused AdamW as every peer trains: weight decay 0.1 on matrices and embeddings."""
     params = list(params)

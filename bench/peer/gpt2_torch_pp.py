@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-from gpt2_torch import CONFIGS, GPT2, adamw, report, setup, timed, tokens
+from gpt2_torch import CONFIGS, GPT2, accum_flag, adamw, report, setup, timed, tokens
 
 
 class Stage(nn.Module):
@@ -43,8 +43,7 @@ class Stage(nn.Module):
 
 
 def main():
-    a, world, rank, local = setup(lambda ap: ap.add_argument("--accum", type=int, default=8,
-                                                            help="micro-batches a step"))
+    a, world, rank, local = setup(accum_flag)
     L, NH, C = CONFIGS[a.model]
     if L % world:
         raise SystemExit(f"gpt2_torch_pp: {a.model}'s {L} blocks do not split into {world} stages")

@@ -19,12 +19,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from gpt2_torch import CONFIGS, GPT2, adamw, report, setup, timed, tokens
+from gpt2_torch import CONFIGS, GPT2, accum_flag, adamw, report, setup, timed, tokens
 
 
 def main():
-    a, world, rank, local = setup(lambda ap: ap.add_argument("--accum", type=int, default=8,
-                                                            help="micro-batches a step"))
+    a, world, rank, local = setup(accum_flag)
     L, NH, C = CONFIGS[a.model]
     if NH % world:
         raise SystemExit(f"gpt2_torch_tp: {a.model}'s {NH} heads do not split over {world} ranks")
