@@ -7,6 +7,8 @@
 #   errors:  impossible layouts give one error line and every rank exits non-zero, no hang
 #   bench_comm: the bench-comm table's rows and bandwidths; unknown --op and --device-comm
 #            values give one error line
+#   bench:   `loom bench` over 2 ranks with several buckets: its row adds up (step = fwd + bwd +
+#            opt, tokens/s = the step's tokens / step); --bucket-mb 0 gives one error line
 set -uo pipefail
 CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
 source "$(dirname "$0")/train_lib.sh"
@@ -70,6 +72,19 @@ bench_comm)
   [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] || fail "--device-comm shm: not one error line: $(cat err.txt)"
   grep 'loom: error: ' err.txt | grep -q -F "unknown --device-comm 'shm'" || fail "--device-comm shm: $(cat err.txt)"
   echo "ok: bench-comm table over 3 ranks ($rows rows, busbw factors checked)"
+  ;;
+bench)
+  # ZeRO 0 over 2 ranks, buckets of 0.05 MiB (the all-gathers start during backward); the global
+  # batch is 2 ranks x 2 sequences of 64 tokens
+  run 2 bench --model gpt2-mini --layers 2 --batch 2 --seq 64 --zero 0 --bucket-mb 0.05 --steps 2 --warmup 1 \
+    --device cpu --threads 1 >out.txt 2>err.txt || fail "$(cat err.txt)"
+  awk -F'|' '/^\| *[0-9]/ { n++; d = $2 - ($3 + $4 + $5); if (d < 0) d = -d; if (d > 0.2) { print "step", $0; bad = 1 }
+                            t = 256 / ($2 / 1000); if ($6 < 0.98 * t || $6 > 1.02 * t) { print "tokens/s", $0; bad = 1 } }
+       END { exit bad || n != 1 }' out.txt || fail "the bench row does not add up: $(cat out.txt)"
+  run 2 bench --model gpt2-mini --bucket-mb 0 --device cpu >/dev/null 2>err.txt && fail "--bucket-mb 0 accepted"
+  [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] && grep -q -F -- "--bucket-mb must be in (0, 65536], got 0" err.txt ||
+    fail "--bucket-mb 0: $(cat err.txt)"
+  echo "ok: bench over 2 ranks: $(grep -E '^\| *[0-9]' out.txt)"
   ;;
 *) fail "unknown case" ;;
 esac

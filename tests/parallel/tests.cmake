@@ -6,7 +6,7 @@ endforeach()
 add_executable(compare_models ${CMAKE_CURRENT_LIST_DIR}/compare_models.c)
 target_compile_options(compare_models PRIVATE ${LOOM_WARNINGS})
 target_link_libraries(compare_models PRIVATE loomlib)
-foreach(case parity resume errors bench_comm)
+foreach(case parity resume errors bench_comm bench)
   add_test(NAME dp_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/dp_tests.sh ${case} $<TARGET_FILE:loom>
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
