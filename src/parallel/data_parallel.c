@@ -17,7 +17,6 @@ typedef struct {
     int ready_layer;      // backward layer after which every gradient in it is final
     bool staged;          // len % W != 0: reduced and gathered through the staging buffer (ZeRO 0-2)
     bool reducing;        // its reduction has started and is not finished
-    bool gathering;       // ZeRO 0: its all-gather into the full buffer has started (this step)
     void *target;         // ZeRO 3: where its reduction lands (the shard, or the scratch to add)
     loom_comm_req *req;
 } bucket;
@@ -260,7 +259,6 @@ static void finish_reductions(loom_dp *dp) {
 static void start_grads_gather(loom_dp *dp, int b) {
     bucket *k = &dp->buckets[b];
     finish_reduce(dp, b);
-    k->gathering = true;
     keep_error(dp, loom_allgather(dp->comm, AT(dp->shard, k->shard_offset), AT(dp->grads, k->start), (size_t)k->piece,
                                   dp->be->dtype, &k->req));
 }
@@ -371,12 +369,13 @@ static double ranks_sumsq(loom_dp *dp, int r0, int r1, bool from_shard) {
 }
 
 // Gathers every rank's piece of each bucket into full (in place: this rank's piece is already
-// at full + start + R*piece, or in the shard when from_shard), but for the buckets whose
-// all-gather started during backward (start_grads_gather), then waits for all.
+// at full + start + R*piece, or in the shard when from_shard), but for the buckets with a request
+// in flight: every reduction has finished by now, so that is an all-gather started during
+// backward (start_grads_gather). Then waits for all.
 static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
     for (int b = 0; b < dp->nbuckets; b++) {
         bucket *k = &dp->buckets[b];
-        if (k->gathering) continue;
+        if (k->req) continue;
         void *dst = k->staged ? dp->staging : AT(full, k->start), *mine = AT(dst, (int64_t)dp->R * k->piece);
         const void *src = from_shard ? AT(dp->shard, k->shard_offset) : AT(full, k->start + (int64_t)dp->R * k->piece);
         if (src != mine) dp->be->copy(dp->be, mine, src, (size_t)k->own_len * dp->es);
@@ -388,7 +387,6 @@ static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
         }
     }
     wait_all(dp);
-    for (int b = 0; b < dp->nbuckets; b++) dp->buckets[b].gathering = false;
     loom_status s = dp->error;
     dp->error = LOOM_OK;
     return s;

@@ -11,8 +11,7 @@
 //   zero 0: the reduced pieces are all-gathered back into the full gradient buffer, each
 //           bucket's all-gather starting during backward, at the hook of the layer after the
 //           one that started its reduce-scatter (the ragged last bucket's after backward), and
-//           every rank updates every parameter
-//           (full AdamW state);
+//           every rank updates every parameter (full AdamW state);
 //   zero 1: each rank keeps AdamW state for its shard only, updates its pieces of the
 //           parameters, and the parameters are all-gathered per bucket;
 //   zero 2: as zero 1, and the gradients are reduced after every micro-batch into a shard
