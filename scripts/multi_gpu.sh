@@ -12,8 +12,8 @@
 #      4 GiB, bf16: busbw of each, and loom / PyTorch at 256 MiB and above (the mark: within 5%)
 #   3. data parallelism: `loom bench` gpt2 and gpt2-medium, B=16 T=1024 per GPU, on 1 GPU and on 2
 #      with ZeRO 0-3, beside the PyTorch DDP peer (bench/peer/gpt2_torch.py under torchrun) on 1
-#      and 2 (twice on 2, the faster kept): tokens/s, scaling (2-GPU tokens/s / 2 x 1-GPU on GPU 0; the mark: 95%, aimed at
-#      98%), peak memory per GPU; loom on GPU 1 alone too
+#      and 2 (twice on 2, the faster kept): tokens/s, scaling (2-GPU tokens/s / 2 x 1-GPU on GPU 0;
+#      the mark: 95%, aimed at 98%), peak memory per GPU; loom on GPU 1 alone too
 #   4. tensor and pipeline parallelism: `loom train` of gpt2-medium and gpt2-xl (--recompute gelu)
 #      with tp 2 (gpt2-medium only: gpt2-xl's 25 heads do not split over 2), pp 2 (1f1b, zb-v)
 #      and dp 2 (ZeRO 1), the same global batch: tokens/s and peak per GPU; beside the PyTorch peers
@@ -73,7 +73,7 @@ part 3 && for m in ${DDP_MODELS:-gpt2 gpt2-medium}; do
     row "$m B=16 loom, 1 GPU: GPU 0 / GPU 1" "$(tps "$OUTDIR/ddp_loom_${m}_1.txt") / $(tps "$OUTDIR/ddp_loom_${m}_1_gpu1.txt") tokens/s"
     python3 bench/peer/gpt2_torch.py --model "$m" --batch 16 --seq 1024 --steps 10 >"$OUTDIR/ddp_torch_${m}_1.json" \
         2>/dev/null || failed=1
-    # twice on 2 GPUs, the faster kept: one run scaled 77% where the one before had 90%
+    # twice on 2 GPUs, the faster kept: its scaling has varied from 77% to 90% between runs
     for run in a b; do
         torchrun --nproc-per-node 2 bench/peer/gpt2_torch.py --model "$m" --batch 16 --seq 1024 --steps 10 \
             >"$OUTDIR/ddp_torch_${m}_2$run.json" 2>/dev/null || failed=1
