@@ -107,7 +107,7 @@ int loom_cmd_bench(int argc, char **argv) {
     const char *model = "gpt2", *recompute = "auto", *offload = "";
     int steps = 3, warmup = 1, layers = 0, heads = 0, channels = 0;
     float peak_tflops = 0, bucket_mb = 25;
-    loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .bucket_mb = 25, .seed = 1337,
+    loom_train_config c = {.batch = 4, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .seed = 1337,
                            .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                      .grad_clip = 1.0f},
                            .lr = {LOOM_LR_CONSTANT, 6e-4f, 6e-4f, 0, 1},
