@@ -26,13 +26,15 @@ typedef struct {
 static const att_case CASES[] = {
     {{2, 7, 48, 3}, 3},     {{2, 65, 256, 2}, 3},     {{1, 129, 256, 4}, 2},
     {{1, 384, 128, 2}, 2}, // hs 64, 3 tiles an item: the streamed stages (and dkv's vectors) refilled
+    {{1, 384, 256, 2}, 2}, // hs 128, the same (6 query tiles of 64 an item)
     {{1, 300, 96, 12}, 4},
     {{2, 1000, 192, 3}, 5}, {{1, 1024, 768, 12}, 4}, {{1, 200, 1600, 25}, 3},
     {{2, 390, 256, 2}, 3}, // hs 128 over several key and query tiles (T=65 above is one)
     {{2, 2048, 1024, 16}, 2}, // more work items than multiprocessors
+    {{2, 2048, 2048, 16}, 2}, // the same at hs 128
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
-#define NQUICK 4
+#define NQUICK 5
 
 static size_t es(void) { return loom_dtype_size(dt); }
 

@@ -2,7 +2,7 @@
 // and (merged) lse, recomputing the probabilities instead of storing them (Dao 2023):
 //   D_i = dO_i . O_i;  P_ij = exp(s_ij - lse_i);  dS_ij = P_ij (dO_i . v_j - D_i)   (key j visible to i)
 //   dq_i += sum_j dS_ij k_j / sqrt(hs);  dk_j += sum_i dS_ij q_i / sqrt(hs);  dv_j += sum_i P_ij dO_i
-// bf16 with hs 64 or 128 runs on Hopper's tensor cores (attention_backward_wgmma.cu, whose dq kernel also
+// bf16 with hs 64 or 128 runs on Hopper's tensor cores (attention_backward_wgmma.cu, whose prep kernel
 // computes D). Everything else puts D in scratch first (one warp per row), then runs the two
 // simple kernels here, one warp per row, as the simple forward: dq walks the keys [0, n) its query
 // row i sees, dkv walks the queries [j - delta, Tq) that see its key row j. Each output element

@@ -11,9 +11,9 @@
 //       with their rows of -lse log2(e) and D (bulk copies), from the first that sees the tile's
 //       first key (bw_first_query) to Tq: S^T = K Q^T and dP^T = V dO^T, so that P^T and dS^T are
 //       register fragments for dV += P^T dO and dK += dS^T Q (Q and dO N-major).
-//   At HS = 64 (bw_fused) dkv computes dQ too: 5 tile products per pair of tiles, as FlashAttention-2
-//   does. Each warpgroup puts its dS (the tile's queries x its 64 keys) into shared memory
-//   (stmatrix, transposed) and computes dQ = dS K for the tile's 128 queries over its own keys;
+//   dkv computes dQ too: 5 tile products per pair of tiles, as FlashAttention-2 does. Each
+//   warpgroup puts its dS (the tile's queries x its 64 keys) into shared memory (stmatrix,
+//   transposed) and computes dQ = dS K for the tile's queries over its own keys;
 //   warpgroup 0 stores its fp32 partial in shared memory and warpgroup 1 adds its own (so the two
 //   meet only there, not at a barrier every tile), then hands the sum to the producer warpgroup's
 //   second warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
@@ -23,20 +23,19 @@
 //   a key tile starts at its diagonal and walks up, so the tile above it reached each query tile
 //   one step earlier. Items go out in the same order within a head (shortest first), and only to
 //   running blocks, so the turn always comes. dq_out then scales the accumulator into dq.
-//   At HS = 128 (shared memory for the dQ hand-off does not fit beside K and V), dq is a kernel of
-//   its own that recomputes S and dP (7 products a pair): work item (query tile of 128, b, h); owns
-//   Q and dO; streams key tiles of 64 to the keys its last row sees: S = Q K^T, dP = dO V^T (K-major),
-//   dQ += dS K (dS as register fragments, K N-major).
 // The mask (key > query + delta, key >= Tk) is applied only on tiles crossing a warpgroup's
 // diagonal or the keys' end; tiles wholly masked for a warpgroup are skipped. Rows past Tq or Tk
 // arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; rows past the ends are
 // not stored.
 #include "backend/cuda/attention_wgmma.cuh"
 
-// Rows a streamed tile (keys for dq, queries for dkv): 128 at HS = 64 (fewer, larger products), 64
-// at 128 (registers)
+#include <limits.h>
+
+// Queries a streamed tile: 128 at HS = 64 (fewer, larger products), 64 at 128 (registers)
 __host__ __device__ constexpr int bw_step(int hs) { return hs == 64 ? 128 : 64; }
-__host__ __device__ constexpr bool bw_fused(int hs) { return hs == 64; }
+// Buffers of the own K and V: at HS = 128 two (128 KB) leave no room for the dQ hand-off beside
+// the stages, so item k+1's K and V are copied once item k is done.
+__host__ __device__ constexpr int bw_own_buffers(int hs) { return hs == 64 ? 2 : 1; }
 #define BW_STAGES 2
 #define BW_DS 2 // named barriers 2 and 3: consumer warpgroup w's dS half may be overwritten / is whole
 static inline int bw_tp(int Tq) { return (Tq + 3) & ~3; }
@@ -47,9 +46,9 @@ __host__ __device__ __forceinline__ int bw_first_query(const attn_dims &d, int k
     return min(max(k0 - d.delta, 0) / step * step, d.Tq);
 }
 
-// scratch (bytes from its start): the work counters (16), nl and D (B*NH, Tp) each, 128 floats of
-// zeros, then when fused the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step) and the
-// fp32 dQ accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at)
+// scratch (bytes from its start): the work counter (16), nl and D (B*NH, Tp) each, 128 floats of
+// zeros, then the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step) and the fp32 dQ
+// accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at)
 struct bw_layout {
     size_t nl, D, sem, acc, bytes;
 };
@@ -58,7 +57,7 @@ static bw_layout bw_layout_of(attn_dims d) {
     bw_layout l;
     l.nl = 16, l.D = l.nl + bnh * bw_tp(d.Tq) * 4, l.sem = l.D + bnh * bw_tp(d.Tq) * 4 + 128 * 4;
     l.acc = (l.sem + bnh * mq * 4 + 127) / 128 * 128;
-    l.bytes = bw_fused(d.hs) ? l.acc + bnh * mq * step * d.hs * 4 : l.sem;
+    l.bytes = l.acc + bnh * mq * step * d.hs * 4;
     return l;
 }
 size_t attention_backward_wgmma_scratch(attn_dims d) { return bw_layout_of(d).bytes; }
@@ -70,9 +69,9 @@ struct bw_args {
     // (B*NH, Tp) each: bw_neg_lse2(lse) and D of the query rows, from prep; D is 0 at rows [Tq, Tp)
     // and at the 128 floats past its end, which the last tile's copies may read
     float *nl, *D;
-    int *counter; // 2 ints: the dq and dkv kernels' handed-out work items
-    int *sem;     // fused: (B*NH, MQ) key tiles that have added into each query tile's dQ
-    float *acc;   // fused: the dQ accumulator
+    int *counter; // the dkv kernel's handed-out work items
+    int *sem;     // (B*NH, MQ) key tiles that have added into each query tile's dQ
+    float *acc;   // the dQ accumulator
     int Tp, mq;   // Tq rounded up to 4; query tiles of bw_step
     attn_dims d;
     float sl2, scale; // log2(e)/sqrt(HS), 1/sqrt(HS)
@@ -82,7 +81,7 @@ struct bw_args {
 __device__ __forceinline__ float bw_neg_lse2(float lse) { return lse == -INFINITY ? -INFINITY : -lse * ATT_LOG2E; }
 
 // D and nl of row (bh, i) for i < Tp, two threads a row (each half of dO . O); the dQ order
-// counters zeroed (fused).
+// counters zeroed.
 template <int HS> __global__ void attention_backward_prep_kernel(bw_args a) {
     const attn_dims &d = a.d;
     int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 2;
@@ -107,82 +106,10 @@ template <int HS> __global__ void attention_backward_prep_kernel(bw_args a) {
     if (half || bh >= d.B * d.NH) return;
     a.D[r] = s; // 0 past Tq
     if (in) a.nl[r] = bw_neg_lse2(a.lse[(int64_t)bh * d.Tq + i]);
-    if (bw_fused(HS) && in && i % bw_step(HS) == 0) a.sem[(int64_t)bh * a.mq + i / bw_step(HS)] = 0;
+    if (in && i % bw_step(HS) == 0) a.sem[(int64_t)bh * a.mq + i / bw_step(HS)] = 0;
 }
 
-template <int HS>
-__global__ void __launch_bounds__(ATT_WG_THREADS, 1)
-attention_backward_dq_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mdo,
-                                   const __grid_constant__ CUtensorMap mkv, bw_args a) {
-    extern __shared__ unsigned char bw_raw[];
-    constexpr int STEP = bw_step(HS);
-    const att_smem<HS, 2, STEP, BW_STAGES> sm(bw_raw);
-    const attn_dims &d = a.d;
-    int Tq = d.Tq, ntiles = (Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
-    // an item's copies: its Q and dO tiles (rows q0..), then the K and V tiles its last row sees
-    auto plan = [&](int item) {
-        att_place p = att_tile_at(d, item, ntiles, true);
-        int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-        int nst = att_key_tiles(d, q0, ATT_WG_ROWS, STEP);
-        return att_job{{{&mq, h * HS}, {&mdo, h * HS}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nst, p.bh / d.NH};
-    };
-    if (sm.producer(total, a.counter, plan)) return;
-    int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
-    int j = 0; // key tiles of the block's earlier items
-    for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
-        att_place p = att_tile_at(d, item, ntiles, true);
-        att_job job = plan(item);
-        int q0 = job.own_row, nst = job.n;
-        int r0 = q0 + 64 * w, rw = att_wg_row(r0); // the warpgroup's first row; the thread's rows rw, rw + 8
-        float nl2[2], Dr[2]; // -lse log2(e) (-inf past Tq: P = 0) and D of the thread's rows
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int row = rw + 8 * r;
-            nl2[r] = row < Tq ? a.nl[(int64_t)p.bh * a.Tp + row] : -INFINITY;
-            Dr[r] = row < Tq ? a.D[(int64_t)p.bh * a.Tp + row] : 0.0f;
-        }
-        int nkw = att_key_tiles(d, r0, 64, STEP); // tiles it sees
-        float dq[HS / 2] = {};
-        for (int jj = 0; jj < nst; jj++, j++) {
-            sm.wait(j, 0);
-            sm.wait(j, 1);
-            if (jj < nkw) {
-                float s[STEP / 2], dp[STEP / 2];
-                wg_fence();
-                att_product_ss<STEP, HS>(s, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), STEP);  // S
-                att_product_ss<STEP, HS>(dp, sm.own_op(k, 1), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 1), STEP); // dP
-                wg_commit();
-                wg_wait<0>();
-                wg_hold(s);
-                wg_hold(dp);
-                int kt = jj * STEP;
-                bool diag = kt + STEP - 1 > r0 + d.delta || kt + STEP > d.Tk; // crosses the diagonal or the keys' end
-#pragma unroll
-                for (int i = 0; i < STEP / 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float pe = att_exp2(fmaf(s[4 * i + e], a.sl2, nl2[e >> 1]));
-                        int key = kt + 8 * i + 2 * t + (e & 1);
-                        if (diag && (key > rw + 8 * (e >> 1) + d.delta || key >= d.Tk)) pe = 0.0f;
-                        s[4 * i + e] = pe * (dp[4 * i + e] - Dr[e >> 1]); // dS
-                    }
-                uint32_t da[STEP / 16][4];
-                att_frags<STEP>(da, s);
-                wg_hold(dq);
-                wg_fence();
-                att_product_rs<HS, STEP>(dq, da, sm.stage_op(j, 0), STEP); // dQ += dS K
-                wg_commit();
-                wg_wait<0>();
-                wg_hold(dq);
-            }
-            sm.release(j);
-        }
-        const float sc[2] = {a.scale, a.scale};
-        att_store<HS>(a.dq + p.q, d.ldq, dq, sc, r0, Tq, d.add);
-    }
-}
-
-// The fused kernel's dQ hand-off in the extra shared memory: dS of the tile (bf16, queries x 128
+// The dQ hand-off in the extra shared memory: dS of the tile (bf16, queries x 128
 // keys as two K-major tiles of STEP rows x 64 keys, swizzled), the dQ partial (fp32, STEP x HS in
 // accumulator order: query half h (rows 64h..), warp v, register quad i, lane l at float4
 // ((4h + v) 8 + i) 32 + l), its full barrier (warpgroup 1's 128 threads: the sum is in), empty
@@ -256,8 +183,7 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                                     const __grid_constant__ CUtensorMap mkv, bw_args a) {
     extern __shared__ unsigned char bw_raw[];
     constexpr int STEP = bw_step(HS);
-    constexpr bool FUSED = bw_fused(HS);
-    const att_smem<HS, 2, STEP, BW_STAGES, 2, FUSED ? bw_dq_smem<HS>::bytes : 0> sm(bw_raw);
+    const att_smem<HS, 2, STEP, BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)> sm(bw_raw);
     const bw_dq_smem<HS> x{sm.extra()};
     const attn_dims &d = a.d;
     int Tq = d.Tq, ntiles = (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
@@ -266,23 +192,23 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
     // last first: each adds to a query tile's dQ after the key tiles above it (bw_turn), which
     // reach that query tile earlier.
     auto plan = [&](int item) {
-        att_place p = att_tile_at(d, item, ntiles, FUSED);
+        att_place p = att_tile_at(d, item, ntiles, true);
         int h = p.bh % d.NH, k0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
         int qs = bw_first_query(d, k0, STEP), nst = (Tq - qs + STEP - 1) / STEP;
         int64_t at = (int64_t)p.bh * a.Tp + qs;
         return att_job{{{&mkv, kcol}, {&mkv, kcol + d.C}}, {{&mq, h * HS}, {&mdo, h * HS}}, k0, qs, nst, p.bh / d.NH,
                        {a.nl + at, a.D + at}};
     };
-    if (FUSED && threadIdx.x == 0) // fenced in producer()
+    if (threadIdx.x == 0) // fenced in producer()
         mbar_init(x.full(), 128), mbar_init(x.empty(), 1), mbar_init(x.half(), 128);
-    if (sm.template producer<FUSED>(total, a.counter + 1, plan)) {
-        if (FUSED && threadIdx.x == 32) bw_write_dq(x, a);
+    if (sm.template producer<true>(total, a.counter, plan)) {
+        if (threadIdx.x == 32) bw_write_dq(x, a);
         return;
     }
     int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
     int j = 0; // query tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
-        att_place p = att_tile_at(d, item, ntiles, FUSED);
+        att_place p = att_tile_at(d, item, ntiles, true);
         att_job job = plan(item);
         int k0 = job.own_row, nst = job.n;
         int kw = k0 + 64 * w, rk = att_wg_row(kw); // the warpgroup's first key; the thread's keys rk, rk + 8
@@ -304,6 +230,8 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                 wg_hold(st);
                 wg_hold(dpt);
                 bool diag = qt + d.delta < kw + 63; // some (key, query) pair of the warpgroup is masked
+                // there, a query before lo[r] does not see the thread's key rk + 8r
+                const int lo[2] = {diag ? rk - d.delta : INT_MIN, diag ? rk + 8 - d.delta : INT_MIN};
                 const float *nls = sm.stage_vec(j, 0), *D = sm.stage_vec(j, 1); // of the tile's queries
 #pragma unroll
                 for (int i = 0; i < STEP / 8; i++) {
@@ -313,109 +241,101 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int query = qt + q + (e & 1);
-                        p[e] = att_exp2(fmaf(st[4 * i + e], a.sl2, nl[e & 1]));
-                        // masked, or past Tq (nl there is another head's, or was never written)
-                        if ((diag && query + d.delta < rk + 8 * (e >> 1)) || query >= Tq) p[e] = 0.0f;
+                        float pe = att_exp2(fmaf(st[4 * i + e], a.sl2, nl[e & 1]));
+                        // masked, or past Tq (nl there is another head's, or was never written); `|`,
+                        // not `||`: a select, where the short circuit compiled to branches an element
+                        p[e] = (query < lo[e >> 1]) | (query >= Tq) ? 0.0f : pe;
                         ds[e] = p[e] * (dpt[4 * i + e] - dd[e & 1]); // D is finite everywhere (bw_args)
                     }
                     att_frag_put(pa, i, p);
                     att_frag_put(da, i, ds);
                 }
             }
-            bool dsq = FUSED && seen; // the warpgroup's dS^T into its half of the dS tile
-            if (dsq) {
+            constexpr int H = STEP / 64, Q = HS / 8; // Q: register quads of a 64-row block's row
+            float dq[H][HS / 2]; // dQ of the tile's STEP queries (H blocks of 64) over the warpgroup's 64 keys
+            if (seen) { // the warpgroup's dS^T into its half of the dS tile; dV, dK, dQ
                 named_sync<128>(BW_DS + w); // its last dQ product is done in every warp
                 bw_store_ds<STEP>(x.ds(), da, w);
                 fence_async_smem();
                 named_sync<128>(BW_DS + w);
-            }
-            if (seen) {
                 wg_hold(dv);
                 wg_hold(dk);
                 wg_fence();
                 att_product_rs<HS, STEP>(dv, pa, sm.stage_op(j, 1), STEP); // dV += P^T dO
                 att_product_rs<HS, STEP>(dk, da, sm.stage_op(j, 0), STEP); // dK += dS^T Q
                 wg_commit();
+                if (HS == 128) { // registers: P^T and dS^T go before dQ comes
+                    wg_wait<0>();
+                    wg_hold(dv);
+                    wg_hold(dk);
+                }
+                wg_fence();
+                const unsigned char *ds = x.ds() + w * STEP * 128, *kt = sm.own_op(k, 0) + 64 * w * 128;
+#pragma unroll
+                for (int h = 0; h < H; h++) att_product_sn<HS, 64>(dq[h], ds, STEP, 64 * h, kt, ATT_WG_ROWS); // dQ = dS K
+                wg_commit();
+                wg_wait<0>();
+#pragma unroll
+                for (int h = 0; h < H; h++) wg_hold(dq[h]);
+                wg_hold(dv);
+                wg_hold(dk);
             }
-            if (FUSED) {
-                // dQ of the tile's 128 queries (two halves of 64) over the warpgroup's 64 keys
-                float dq[2][32];
-                if (dsq) {
-                    wg_fence();
-                    const unsigned char *ds = x.ds() + w * STEP * 128, *kt = sm.own_op(k, 0) + 64 * w * 128;
-                    att_product_sn<64, 64>(dq[0], ds, STEP, 0, kt, ATT_WG_ROWS);  // dQ = dS K
-                    att_product_sn<64, 64>(dq[1], ds, STEP, 64, kt, ATT_WG_ROWS);
-                    wg_commit();
-                    wg_wait<0>();
-                    wg_hold(dq[0]);
-                    wg_hold(dq[1]);
-                    wg_hold(dv);
-                    wg_hold(dk);
-                }
-                sm.release(j);
-                // warpgroup 0 stores its partial (once the writer has read the last one), then
-                // warpgroup 1 adds its own and hands the sum to the writer
-                float4 *o = (float4 *)x.acc() + (threadIdx.x / 32 % 4) * 8 * 32 + threadIdx.x % 32;
-                if (w == 0) {
-                    if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
-                    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            sm.release(j);
+            // warpgroup 0 stores its partial (once the writer has read the last one), then
+            // warpgroup 1 adds its own and hands the sum to the writer
+            float4 *o = (float4 *)x.acc() + (threadIdx.x / 32 % 4) * Q * 32 + threadIdx.x % 32;
+            if (w == 0) {
+                if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
+                const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-                    for (int h = 0; h < 2; h++)
+                for (int h = 0; h < H; h++)
 #pragma unroll
-                        for (int i = 0; i < 8; i++) {
-                            const float *v = dq[h] + 4 * i;
-                            o[(4 * h * 8 + i) * 32] = dsq ? make_float4(v[0], v[1], v[2], v[3]) : zero;
-                        }
-                    // the writer's bulk copy reads these values as they are where warpgroup 1
-                    // adds nothing (its keys unseen): fenced by the threads that wrote them
-                    fence_async_smem();
-                    mbar_arrive(x.half());
-                } else {
-                    mbar_wait(x.half(), j & 1);
-                    if (dsq)
-#pragma unroll
-                        for (int h = 0; h < 2; h++)
-#pragma unroll
-                            for (int i = 0; i < 8; i++) {
-                                const float *v = dq[h] + 4 * i;
-                                float4 *q = o + (4 * h * 8 + i) * 32, y = *q;
-                                *q = make_float4(y.x + v[0], y.y + v[1], y.z + v[2], y.w + v[3]);
-                            }
-                    int m = qt / STEP;
-                    if (threadIdx.x == 256) *x.meta() = {bw_dq_at(a, p.bh, m, HS), p.bh * a.mq + m, bw_turn(d, m, p.tile, STEP)};
-                    fence_async_smem();
-                    mbar_arrive(x.full());
-                }
+                    for (int i = 0; i < Q; i++) {
+                        const float *v = dq[h] + 4 * i;
+                        o[(4 * h * Q + i) * 32] = seen ? make_float4(v[0], v[1], v[2], v[3]) : zero;
+                    }
+                // the writer's bulk copy reads these values as they are where warpgroup 1
+                // adds nothing (its keys unseen): fenced by the threads that wrote them
+                fence_async_smem();
+                mbar_arrive(x.half());
             } else {
-                if (seen) {
-                    wg_wait<0>();
-                    wg_hold(dv);
-                    wg_hold(dk);
-                }
-                sm.release(j);
+                mbar_wait(x.half(), j & 1);
+                if (seen)
+#pragma unroll
+                    for (int h = 0; h < H; h++)
+#pragma unroll
+                        for (int i = 0; i < Q; i++) {
+                            const float *v = dq[h] + 4 * i;
+                            float4 *q = o + (4 * h * Q + i) * 32, y = *q;
+                            *q = make_float4(y.x + v[0], y.y + v[1], y.z + v[2], y.w + v[3]);
+                        }
+                int m = qt / STEP;
+                if (threadIdx.x == 256) *x.meta() = {bw_dq_at(a, p.bh, m, HS), p.bh * a.mq + m, bw_turn(d, m, p.tile, STEP)};
+                fence_async_smem();
+                mbar_arrive(x.full());
             }
         }
         const float sk[2] = {a.scale, a.scale}, sv[2] = {1.0f, 1.0f};
         att_store<HS>(a.dkv + p.k, d.ldk, dk, sk, kw, d.Tk, d.add);
         att_store<HS>(a.dkv + p.k + d.C, d.ldk, dv, sv, kw, d.Tk, d.add);
     }
-    if (FUSED && w == 1) { // tell the writer there is no more
+    if (w == 1) { // tell the writer there is no more
         if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
         if (threadIdx.x == 256) x.meta()->n = -1;
         mbar_arrive(x.full());
     }
 }
 
-// dq (=, or += with d.add) from the fused kernel's accumulator times 1/sqrt(HS): one thread a float4
+// dq (=, or += with d.add) from the dkv kernel's accumulator times 1/sqrt(HS): one thread a float4
 // of it (two rows, two columns); rows of query tiles that no key tile streamed (they see no key) get 0.
 template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
-    constexpr int STEP = bw_step(HS), PER = STEP * HS / 4; // float4s a query tile
+    constexpr int STEP = bw_step(HS), PER = STEP * HS / 4, Q = HS / 8; // float4s a query tile, quads a row
     const attn_dims &d = a.d;
     int64_t f = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= (int64_t)d.B * d.NH * a.mq * PER) return;
     int64_t tile = f / PER;
     int o = (int)(f % PER), bh = (int)(tile / a.mq), m = (int)(tile % a.mq);
-    int lane = o % 32, i = o / 32 % 8, v = o / 256; // register quad i of warp v % 4 of warpgroup v / 4
+    int lane = o % 32, i = o / 32 % Q, v = o / (32 * Q); // register quad i of warp v % 4 of 64-row block v / 4
     int row = m * STEP + 64 * (v / 4) + 16 * (v % 4) + lane / 4, col = 8 * i + 2 * (lane % 4);
     float4 x = ((const float4 *)a.acc)[f];
     if (m * STEP < bw_first_query(d, 0, STEP)) x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -435,32 +355,21 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
     const attn_dims &d = a->d;
     int BNH = d.B * d.NH;
     constexpr int STEP = bw_step(HS);
-    constexpr bool FUSED = bw_fused(HS);
     cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize; // over 48 KB: opt in
     int64_t prep_threads = 2 * (int64_t)BNH * a->Tp;
     attention_backward_prep_kernel<HS><<<(unsigned)((prep_threads + 255) / 256), 256, 0, cu->stream>>>(*a);
     CUDA_LAUNCH_CHECK();
-    if constexpr (!FUSED) { // dq: own Q and dO tiles of 128 rows, streamed K and V tiles of STEP
-        int smem = (int)att_smem<HS, 2, STEP, BW_STAGES>::bytes;
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HS>, attr, smem));
-        unsigned grid = att_grid(cu, (d.Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
-        CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, ATT_WG_ROWS);
-        CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, ATT_WG_ROWS);
-        CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, STEP);
-        attention_backward_dq_wgmma_kernel<HS><<<grid, ATT_WG_THREADS, smem, cu->stream>>>(mq, mdo, mkv, *a);
-        CUDA_LAUNCH_CHECK();
-    }
-    { // dkv (and dQ partials when fused): own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
-        int smem = (int)att_smem<HS, 2, STEP, BW_STAGES, 2, FUSED ? bw_dq_smem<HS>::bytes : 0>::bytes;
+    { // dkv and the dQ partials: own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
+        int smem = (int)att_smem<HS, 2, STEP, BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)>::bytes;
         CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, attr, smem));
-        unsigned grid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter + 1);
+        unsigned grid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
         CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, STEP);
         CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, STEP);
         CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, ATT_WG_ROWS);
         attention_backward_dkv_wgmma_kernel<HS><<<grid, ATT_WG_THREADS, smem, cu->stream>>>(mq, mdo, mkv, *a);
         CUDA_LAUNCH_CHECK();
     }
-    if constexpr (FUSED) {
+    {
         int64_t n = (int64_t)BNH * a->mq * STEP * HS / 4;
         attention_backward_dq_out_kernel<HS><<<(unsigned)((n + 255) / 256), 256, 0, cu->stream>>>(*a);
         CUDA_LAUNCH_CHECK();

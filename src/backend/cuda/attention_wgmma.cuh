@@ -13,8 +13,9 @@
 // k-1's, which the consumers finished before the barrier) while the consumers work on item k: the
 // copies of one item overlap the products and stores of the last. Every shared-memory hand-off is
 // a barrier both sides sync on (bar.sync, mbarrier), which compute-sanitizer's racecheck orders.
-// Shared memory (att_smem): two buffers of NOWN "own" operands of 128 rows x HS (Q, or Q and dO,
-// or K and V), one an item; then STAGES stages of two streamed operands of ROWS rows x HS (K and
+// Shared memory (att_smem): OWNB (2, or 1 where shared memory is short) buffers of NOWN "own"
+// operands of 128 rows x HS (Q, or Q and dO, or K and V), one an item (with one buffer, item k+1's
+// own operands are copied only once item k is done, after barrier k+1); then STAGES stages of two streamed operands of ROWS rows x HS (K and
 // V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
 // streamed queries' -lse log2(e) and D, by bulk copies); then EXTRA bytes the kernel lays out
 // itself (1024-aligned, `extra`); then the transaction barriers: per own buffer own_full (its
@@ -46,23 +47,24 @@ typedef struct {
     const float *vec[2];
 } att_job;
 
-template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0> struct att_smem {
+template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, int OWNB = 2> struct att_smem {
     static constexpr int NC = HS / 64;                    // 64-column tiles of an operand
     static constexpr int OWN = NC * ATT_WG_ROWS * 128;    // bytes of an own operand
     static constexpr int TILE = NC * ROWS * 128;          // bytes of a streamed operand
     static constexpr int VEC = ROWS * 4;                  // bytes of a streamed vector (a multiple of 128)
     // byte offsets from the 1024-aligned base: the own buffers, the stages, the vectors, the extra
     // bytes, the barriers (own_full[2], full[2][STAGES], empty[2][STAGES]), the item slots
-    static constexpr int STAGES_AT = 2 * NOWN * OWN, VECS_AT = STAGES_AT + STAGES * 2 * TILE;
+    static constexpr int STAGES_AT = OWNB * NOWN * OWN, VECS_AT = STAGES_AT + STAGES * 2 * TILE;
     static constexpr int EXTRA_AT = (VECS_AT + STAGES * NVEC * VEC + 1023) / 1024 * 1024;
     static constexpr int BARS_AT = EXTRA_AT + EXTRA, ITEM_AT = BARS_AT + (2 + 4 * STAGES) * 8;
     static constexpr size_t bytes = (size_t)ITEM_AT + 3 * 4 + 1024; // + the alignment of the base
     unsigned char *base; // the only member: every address is a constant offset from it
 
-    __device__ __forceinline__ explicit att_smem(unsigned char *raw)
-        : base((unsigned char *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023)) {}
+    // (an offset from raw, not an integer made a pointer: the compiler then knows every address
+    // is in shared memory, and reads and writes it with shared-memory instructions)
+    __device__ __forceinline__ explicit att_smem(unsigned char *raw) : base(raw + (-smem_addr(raw) & 1023)) {}
     // own operand i of the block's k-th item
-    __device__ __forceinline__ unsigned char *own_op(int k, int i) const { return base + ((k & 1) * NOWN + i) * OWN; }
+    __device__ __forceinline__ unsigned char *own_op(int k, int i) const { return base + (k % OWNB * NOWN + i) * OWN; }
     __device__ __forceinline__ unsigned char *stage_op(int j, int which) const {
         return base + STAGES_AT + (j % STAGES * 2 + which) * TILE;
     }
@@ -71,7 +73,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0> s
     }
     __device__ __forceinline__ unsigned char *extra() const { return base + EXTRA_AT; }
     __device__ __forceinline__ uint64_t *bar(int i) const { return (uint64_t *)(base + BARS_AT) + i; }
-    __device__ __forceinline__ uint64_t *own_full(int k) const { return bar(k & 1); }
+    __device__ __forceinline__ uint64_t *own_full(int k) const { return bar(k % OWNB); }
     __device__ __forceinline__ uint64_t *full(int j, int which) const { return bar(2 + which * STAGES + j % STAGES); }
     __device__ __forceinline__ uint64_t *empty(int j, int which) const {
         return bar(2 + (2 + which) * STAGES + j % STAGES);
@@ -106,21 +108,23 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0> s
     // its next item when item k starts, or with LATE once item k's last tile is on its way, so
     // that items start in about the order they went out (the fused backward's items wait for
     // earlier ones: the dQ order). Items go only to running blocks, so the wait ends. The k-th
-    // item's own operands go to buffer k % 2; the streamed tiles go through the stages, whose
+    // item's own operands go to buffer k % OWNB; the streamed tiles go through the stages, whose
     // phases run on across items (j counts the block's tiles).
     template <bool LATE, class Plan> __device__ void produce(int total, int *counter, Plan plan) const {
         int cur = take(counter), j = 0;
         if (threadIdx.x == 0) *item(0) = cur;
-        if (cur < total) load_own(0, plan(cur));
+        if (OWNB == 2 && cur < total) load_own(0, plan(cur));
         for (int k = 0; cur < total; k++) {
             att_job job = plan(cur);
             int first = min(job.n, STAGES), next = 0;
             for (int i = 0; i < first; i++) load_tile(job, i, j + i);
             if (!LATE) next = take_slot(counter, k + 1);
-            named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // item k starts
-            if (!LATE && next < total) load_own(k + 1, plan(next));
+            named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // item k starts (item k - 1 is done)
+            if (OWNB == 1) load_own(k, job);
+            if (OWNB == 2 && !LATE && next < total) load_own(k + 1, plan(next));
             for (int i = first; i < job.n; i++) load_tile(job, i, j + i);
-            if (LATE && (next = take_slot(counter, k + 1)) < total) load_own(k + 1, plan(next));
+            if (LATE) next = take_slot(counter, k + 1);
+            if (OWNB == 2 && LATE && next < total) load_own(k + 1, plan(next));
             j += job.n, cur = next;
         }
         named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // the consumers read that there is no more work
@@ -137,7 +141,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0> s
         if (threadIdx.x == 0) *item(k) = next;
         return next;
     }
-    // Lane 0: the own operands of the block's k-th item into buffer k % 2.
+    // Lane 0: the own operands of the block's k-th item into buffer k % OWNB.
     __device__ __forceinline__ void load_own(int k, const att_job &job) const {
         if (threadIdx.x != 0) return;
         mbar_expect(own_full(k), NOWN * OWN);
@@ -165,7 +169,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0> s
     __device__ __forceinline__ int next_item(int k, int total) const {
         named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START);
         int it = *item(k);
-        if (it < total) mbar_wait(own_full(k), (k >> 1) & 1);
+        if (it < total) mbar_wait(own_full(k), (k / OWNB) & 1);
         return it;
     }
     __device__ __forceinline__ void wait(int j, int which) const {
