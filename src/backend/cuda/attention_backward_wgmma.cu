@@ -177,13 +177,18 @@ __device__ __forceinline__ void bw_store_ds(unsigned char *ds, const uint32_t (&
     for (int kk = 0; kk < STEP / 16; kk++) stsm_x4_trans(p + kk * 16 * 128, da[kk]);
 }
 
+// The kernel's shared memory: two consumer warpgroups, own K and V, stages of Q and dO with their
+// nl and D, the dQ hand-off
+template <int HS>
+using bw_smem = att_smem<HS, 2, 2, bw_step(HS), BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)>;
+
 template <int HS>
 __global__ void __launch_bounds__(ATT_WG_THREADS, 1)
 attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mdo,
                                     const __grid_constant__ CUtensorMap mkv, bw_args a) {
     extern __shared__ unsigned char bw_raw[];
     constexpr int STEP = bw_step(HS);
-    const att_smem<HS, 2, STEP, BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)> sm(bw_raw);
+    const bw_smem<HS> sm(bw_raw);
     const bw_dq_smem<HS> x{sm.extra()};
     const attn_dims &d = a.d;
     int Tq = d.Tq, ntiles = (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
@@ -360,7 +365,7 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
     attention_backward_prep_kernel<HS><<<(unsigned)((prep_threads + 255) / 256), 256, 0, cu->stream>>>(*a);
     CUDA_LAUNCH_CHECK();
     { // dkv and the dQ partials: own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
-        int smem = (int)att_smem<HS, 2, STEP, BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)>::bytes;
+        int smem = (int)bw_smem<HS>::bytes;
         CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, attr, smem));
         unsigned grid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
         CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, STEP);

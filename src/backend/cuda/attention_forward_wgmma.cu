@@ -2,9 +2,11 @@
 // FlashAttention-3 (Shah et al. 2024, Algorithm 1) and the block skeleton of attention_wgmma.cuh:
 // warpgroup products (wgmma) on tiles that the copy engine (TMA) brings into shared memory.
 //
-// Work item: a query tile of 128 rows of one (b, h). The producer copies its Q once, then the K
-// and V tiles (128 keys each) its last row sees (attention.cuh: [0, q0 + 128 + delta), at most
-// Tk). Each consumer warpgroup (64 of the rows), per key tile that some of its rows see (the
+// Work item: a query tile of 64 NWG rows of one (b, h): NWG = 3 consumer warpgroups at HS = 64
+// (more warps a scheduler to hide each one's chain of products and exponentials: FlashAttention-3's
+// 192-row tiles, tile_size_fwd_sm90), 2 at 128 (registers). The producer copies its Q once, then
+// the K and V tiles (128 keys each) its last row sees (attention.cuh: [0, q0 + rows + delta), at
+// most Tk). Each consumer warpgroup (64 of the rows), per key tile that some of its rows see (the
 // products of tile j issued with the last tile's P V, which runs under tile j's softmax):
 //   S = Q K^T (64 x 128, fp32 in registers; both operands in shared memory, K-major)
 //   mask (key > row + delta or key >= Tk: -inf) on tiles crossing the warpgroup's diagonal or the
@@ -18,23 +20,26 @@
 
 #define FW_KEYS 128 // keys per tile
 #define FW_STAGES 2 // K/V tiles in flight
+__host__ __device__ constexpr int fw_nwg(int hs) { return hs == 64 ? 3 : 2; }
+template <int HS> using fw_smem = att_smem<HS, fw_nwg(HS), 1, FW_KEYS, FW_STAGES>;
 
 template <int HS>
-__global__ void __launch_bounds__(ATT_WG_THREADS, 1)
+__global__ void __launch_bounds__(att_threads(fw_nwg(HS)), 1)
 attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mkv,
                                bf16 *out, float *lse, int *counter, attn_dims d, float sl2) {
     extern __shared__ unsigned char fw_raw[];
-    const att_smem<HS, 1, FW_KEYS, FW_STAGES> sm(fw_raw);
-    int Tq = d.Tq, ntiles = (Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS, total = ntiles * d.B * d.NH;
+    constexpr int ROWS = 64 * fw_nwg(HS); // an item's query rows
+    const fw_smem<HS> sm(fw_raw);
+    int Tq = d.Tq, ntiles = (Tq + ROWS - 1) / ROWS, total = ntiles * d.B * d.NH;
     // an item's copies: its Q tile (rows q0..), then the K and V tiles its last row sees
     auto plan = [&](int item) {
         att_place p = att_tile_at(d, item, ntiles, true);
-        int h = p.bh % d.NH, q0 = p.tile * ATT_WG_ROWS, kcol = d.ldk - 2 * d.C + h * HS;
-        int nkt = att_key_tiles(d, q0, ATT_WG_ROWS, FW_KEYS);
+        int h = p.bh % d.NH, q0 = p.tile * ROWS, kcol = d.ldk - 2 * d.C + h * HS;
+        int nkt = att_key_tiles(d, q0, ROWS, FW_KEYS);
         return att_job{{{&mq, h * HS}, {}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nkt, p.bh / d.NH};
     };
     if (sm.producer(total, counter, plan)) return;
-    int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 or 1)
+    int w = threadIdx.x / 128 - 1, t = threadIdx.x % 4; // w: the consumer warpgroup (0 .. NWG - 1)
     int j = 0; // key tiles of the block's earlier items
     for (int k = 0, item; (item = sm.next_item(k, total)) < total; k++) {
         att_place p = att_tile_at(d, item, ntiles, true);
@@ -80,7 +85,7 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
             float sc[FW_KEYS / 2], corr[2];
             sm.wait(j, 0);
             wg_fence();
-            att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), FW_KEYS);
+            att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ROWS, 64 * w, sm.stage_op(j, 0), FW_KEYS);
             wg_commit();
             wg_wait<0>();
             wg_hold(sc);
@@ -98,7 +103,7 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
             sm.wait(jt - 1, 1);
             wg_hold(o);
             wg_fence();
-            att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(jt, 0), FW_KEYS); // S = Q K^T
+            att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ROWS, 64 * w, sm.stage_op(jt, 0), FW_KEYS); // S = Q K^T
             wg_commit();
             att_product_rs<HS, FW_KEYS>(o, pa, sm.stage_op(jt - 1, 1), FW_KEYS); // O += P V, the last tile's
             wg_commit();
@@ -149,12 +154,13 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
 
 template <int HS>
 static void launch_forward(loom_cuda *cu, attn_dims d, bf16 *out, float *lse, const bf16 *q, const bf16 *kv) {
-    int total = (d.Tq + ATT_WG_ROWS - 1) / ATT_WG_ROWS * d.B * d.NH, *counter = (int *)cuda_scratch(cu, sizeof(int));
-    int smem = (int)att_smem<HS, 1, FW_KEYS, FW_STAGES>::bytes;
-    CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, ATT_WG_ROWS), mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, FW_KEYS);
+    constexpr int ROWS = 64 * fw_nwg(HS);
+    int total = (d.Tq + ROWS - 1) / ROWS * d.B * d.NH, *counter = (int *)cuda_scratch(cu, sizeof(int));
+    int smem = (int)fw_smem<HS>::bytes;
+    CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, ROWS), mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, FW_KEYS);
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     smem));
-    attention_forward_wgmma_kernel<HS><<<att_grid(cu, total, counter), ATT_WG_THREADS, smem, cu->stream>>>(
+    attention_forward_wgmma_kernel<HS><<<att_grid(cu, total, counter), att_threads(fw_nwg(HS)), smem, cu->stream>>>(
         mq, mkv, out, lse, counter, d, ATT_LOG2E / sqrtf((float)HS));
     CUDA_LAUNCH_CHECK();
 }

@@ -1,8 +1,8 @@
 // Private to the Hopper attention kernels (attention_forward_wgmma.cu, attention_backward_wgmma.cu):
-// the block skeleton they share, after FlashAttention-3 (Shah et al. 2024): 384 threads, warpgroup
-// 0 the producer (its first warp issues every bulk tensor copy, one lane of it; the warpgroup keeps
-// 24 registers), warpgroups 1 and 2 the consumers (240 registers), 64 rows each of the block's own
-// 128-row tile.
+// the block skeleton they share, after FlashAttention-3 (Shah et al. 2024): warpgroup 0 the
+// producer (its first warp issues every bulk tensor copy, one lane of it; the warpgroup keeps 24
+// registers), NWG consumer warpgroups after it (2 of 240 registers, or 3 of 160: the forward at
+// head size 64, as FlashAttention-3's 192-row tiles there), 64 rows each of the block's own tile.
 //
 // Blocks are persistent (one an SM) and take work items (own tiles) from a counter as they finish
 // the last (most work first, att_tile_at; the fused backward shortest first), so that no SM idles
@@ -14,25 +14,28 @@
 // copies of one item overlap the products and stores of the last. Every shared-memory hand-off is
 // a barrier both sides sync on (bar.sync, mbarrier), which compute-sanitizer's racecheck orders.
 // Shared memory (att_smem): OWNB (2, or 1 where shared memory is short) buffers of NOWN "own"
-// operands of 128 rows x HS (Q, or Q and dO, or K and V), one an item (with one buffer, item k+1's
-// own operands are copied only once item k is done, after barrier k+1); then STAGES stages of two streamed operands of ROWS rows x HS (K and
-// V, or Q and dO) that the block walks tile by tile, and NVEC fp32 vectors of ROWS (dkv: the
-// streamed queries' -lse log2(e) and D, by bulk copies); then EXTRA bytes the kernel lays out
-// itself (1024-aligned, `extra`); then the transaction barriers: per own buffer own_full (its
-// operands landed), per stage and streamed operand full (it landed, operand 0 with the vectors)
-// and empty (the 8 consumer warps are done with it; operand 0's with vectors: the 256 consumer
-// threads); then the item slots. Every operand is HS/64 tiles of rows x 64 columns, 128-byte
-// swizzled (hopper.cuh). Consumers wait on every streamed operand, use it or not, and release it:
-// an operand's slot is refilled only after its copy landed and every consumer warp let it go (the
-// forward lets K go before V).
+// operands of 64 NWG rows x HS (Q, or K and V), one an item (with one buffer, item k+1's own
+// operands are copied only once item k is done, after barrier k+1); then STAGES stages of two
+// streamed operands of ROWS rows x HS (K and V, or Q and dO) that the block walks tile by tile,
+// and NVEC fp32 vectors of ROWS (dkv: the streamed queries' -lse log2(e) and D, by bulk copies);
+// then EXTRA bytes the kernel lays out itself (1024-aligned, `extra`); then the transaction
+// barriers: per own buffer own_full (its operands landed), per stage and streamed operand full (it
+// landed, operand 0 with the vectors) and empty (the 4 NWG consumer warps are done with it;
+// operand 0's with vectors: the 128 NWG consumer threads); then the item slots. Every operand is
+// HS/64 tiles of rows x 64 columns, 128-byte swizzled (hopper.cuh). Consumers wait on every
+// streamed operand, use it or not, and release it: an operand's slot is refilled only after its
+// copy landed and every consumer warp let it go (the forward lets K go before V).
 #pragma once
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/hopper.cuh"
 
-#define ATT_WG_ROWS 128 // own rows a block (2 consumer warpgroups x 64)
+#define ATT_WG_ROWS 128 // own rows a block of 2 consumer warpgroups (64 each)
 #define ATT_WG_THREADS 384
-#define ATT_ITEM_THREADS (32 + 256) // the producer warp and the two consumer warpgroups
-#define ATT_ITEM_START 1            // named barrier id
+#define ATT_ITEM_START 1 // named barrier id
+// Threads of a block with NWG consumer warpgroups, and the registers each consumer thread gets
+// (the producer warpgroup keeps 24; the launch gave every thread 65,536 / threads, at most 168)
+__host__ __device__ constexpr int att_threads(int nwg) { return 128 * (nwg + 1); }
+__host__ __device__ constexpr int att_consumer_regs(int nwg) { return nwg == 2 ? 240 : 160; }
 
 typedef struct {
     const CUtensorMap *map; // the tensor (hopper_tensor_map)
@@ -47,9 +50,11 @@ typedef struct {
     const float *vec[2];
 } att_job;
 
-template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, int OWNB = 2> struct att_smem {
+template <int HS, int NWG, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, int OWNB = 2> struct att_smem {
     static constexpr int NC = HS / 64;                    // 64-column tiles of an operand
-    static constexpr int OWN = NC * ATT_WG_ROWS * 128;    // bytes of an own operand
+    static constexpr int OWN_ROWS = 64 * NWG;             // rows of an own operand
+    static constexpr int OWN = NC * OWN_ROWS * 128;       // its bytes
+    static constexpr int ITEM_THREADS = 32 + 128 * NWG;   // the producer warp and the consumers
     static constexpr int TILE = NC * ROWS * 128;          // bytes of a streamed operand
     static constexpr int VEC = ROWS * 4;                  // bytes of a streamed vector (a multiple of 128)
     // byte offsets from the 1024-aligned base: the own buffers, the stages, the vectors, the extra
@@ -84,7 +89,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, i
         // own_full, full: 1 (the producer's expect); empty: every consumer warp, or every consumer
         // thread for operand 0's when it carries the vectors (release)
         for (int i = 0; i < 2 + 4 * STAGES; i++)
-            mbar_init(bar(i), i < 2 + 2 * STAGES ? 1 : NVEC && i < 2 + 3 * STAGES ? 256 : 8);
+            mbar_init(bar(i), i < 2 + 2 * STAGES ? 1 : NVEC && i < 2 + 3 * STAGES ? 128 * NWG : 4 * NWG);
         mbar_fence_init();
     }
     // Every thread of the block, first: thread 0 sets the barriers up; the producer warpgroup
@@ -100,7 +105,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, i
             if (threadIdx.x < 32) produce<LATE>(total, counter, plan);
             return true;
         }
-        wg_regs_up<240>();
+        wg_regs_up<att_consumer_regs(NWG)>();
         return false;
     }
     // The producer warp (its lane 0 copies): the work items that *counter hands out (counter zero
@@ -119,7 +124,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, i
             int first = min(job.n, STAGES), next = 0;
             for (int i = 0; i < first; i++) load_tile(job, i, j + i);
             if (!LATE) next = take_slot(counter, k + 1);
-            named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // item k starts (item k - 1 is done)
+            named_sync<ITEM_THREADS>(ATT_ITEM_START); // item k starts (item k - 1 is done)
             if (OWNB == 1) load_own(k, job);
             if (OWNB == 2 && !LATE && next < total) load_own(k + 1, plan(next));
             for (int i = first; i < job.n; i++) load_tile(job, i, j + i);
@@ -127,7 +132,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, i
             if (OWNB == 2 && LATE && next < total) load_own(k + 1, plan(next));
             j += job.n, cur = next;
         }
-        named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START); // the consumers read that there is no more work
+        named_sync<ITEM_THREADS>(ATT_ITEM_START); // the consumers read that there is no more work
     }
     // The next item of the counter, to every lane of the warp; take_slot also writes it into the
     // slot of the block's k-th item, after barrier k - 2 (the consumers last read that slot, item
@@ -147,7 +152,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, i
         mbar_expect(own_full(k), NOWN * OWN);
         for (int i = 0; i < NOWN; i++)
             for (int c = 0; c < NC; c++)
-                tma_load(own_op(k, i) + c * ATT_WG_ROWS * 128, job.own[i].map, job.own[i].col + 64 * c, job.own_row,
+                tma_load(own_op(k, i) + c * OWN_ROWS * 128, job.own[i].map, job.own[i].col + 64 * c, job.own_row,
                          job.b, own_full(k));
     }
     // The producer warp: streamed tile i of an item, the block's j-th, each operand once tile
@@ -167,7 +172,7 @@ template <int HS, int NOWN, int ROWS, int STAGES, int NVEC = 0, int EXTRA = 0, i
     // streamed operand `which` of the block's j-th streamed tile (0: with the vectors), once it
     // landed; let it go, or both (every thread of the warp calls, after its last product reading it).
     __device__ __forceinline__ int next_item(int k, int total) const {
-        named_sync<ATT_ITEM_THREADS>(ATT_ITEM_START);
+        named_sync<ITEM_THREADS>(ATT_ITEM_START);
         int it = *item(k);
         if (it < total) mbar_wait(own_full(k), (k / OWNB) & 1);
         return it;
