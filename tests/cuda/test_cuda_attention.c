@@ -213,7 +213,14 @@ static void test_blocks(att_case k, bool narrow) {
         place(got, B, T, 3 * C, ta, na, C, 2 * C, dkv[a], wk, wk - 2 * C, dt);
         gpu->free(gpu, dq[a]), gpu->free(gpu, dkv[a]), gpu->free(gpu, q[a]), gpu->free(gpu, kv[a]);
     }
+    // Each pair's backward adds its partial into dq and dkv in the mode's dtype: in bf16 up to
+    // nchunks roundings where the whole-sequence check has one, and the partials can cancel
+    // (LOOM_TEST_SEED=289522854984: 0.0102 at T=1024 with 4 chunks, the same on the kernels of
+    // 4df7398 and after): 2e-2. A missing or doubled pair moves it by a whole partial.
+    double whole = tol;
+    if (dt == LOOM_BF16) tol = 2e-2;
     check_values("blocks accumulated dqkv", got, want.h, 3 * n, 0, s);
+    tol = whole;
     free(rout), free(rlse), free(got);
     buf *all[] = {&qkv, &dout, &o, &l, &want};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);

@@ -13,10 +13,12 @@
 //       register fragments for dV += P^T dO and dK += dS^T Q (Q and dO N-major).
 //   dkv computes dQ too: 5 tile products per pair of tiles, as FlashAttention-2 does. Each
 //   warpgroup puts its dS (the tile's queries x its 64 keys) into shared memory (stmatrix,
-//   transposed) and computes dQ = dS K for the tile's queries over its own keys;
+//   transposed). At HS = 64 each computes dQ = dS K for the tile's queries over its own keys:
 //   warpgroup 0 stores its fp32 partial in shared memory and warpgroup 1 adds its own (so the two
-//   meet only there, not at a barrier every tile), then hands the sum to the producer warpgroup's
-//   second warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
+//   meet only there, not at a barrier every tile). At HS = 128 (registers) each computes its half
+//   of dQ's columns over all 128 keys, from both halves of dS (a barrier of both warpgroups before
+//   and after the dS store), and stores it beside the other's (FlashAttention-3's split there).
+//   The partial goes to the producer warpgroup's second warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
 //   tile's turn at that query tile: a counter per query tile passes the turn from key tile to key
 //   tile in a fixed order (FlashAttention-3's deterministic mode), so the sums are the same bits in
 //   every run. The order is the last key tile first (bw_turn), which stores instead of adding:
@@ -24,7 +26,8 @@
 //   one step earlier. Items go out in the same order within a head (shortest first), and only to
 //   running blocks, so the turn always comes. dq_out then scales the accumulator into dq.
 // The mask (key > query + delta, key >= Tk) is applied only on tiles crossing a warpgroup's
-// diagonal or the keys' end; tiles wholly masked for a warpgroup are skipped. Rows past Tq or Tk
+// diagonal or the keys' end; tiles wholly masked for a warpgroup are skipped (at HS = 128 only
+// where neither warpgroup sees them). Rows past Tq or Tk
 // arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; rows past the ends are
 // not stored.
 #include "backend/cuda/attention_wgmma.cuh"
@@ -36,6 +39,10 @@ __host__ __device__ constexpr int bw_step(int hs) { return hs == 64 ? 128 : 64; 
 // Buffers of the own K and V: at HS = 128 two (128 KB) leave no room for the dQ hand-off beside
 // the stages, so item k+1's K and V are copied once item k is done.
 __host__ __device__ constexpr int bw_own_buffers(int hs) { return hs == 64 ? 2 : 1; }
+// How the two warpgroups split a tile's dQ: at HS = 64 by keys (each all of dQ over its own 64
+// keys, the partials summed in shared memory), at 128 by columns (each its HS/2 columns over all
+// 128 keys, from both warpgroups' dS: 32 accumulator registers instead of 64).
+__host__ __device__ constexpr bool bw_dq_cols(int hs) { return hs == 128; }
 #define BW_STAGES 2
 #define BW_DS 2 // named barriers 2 and 3: consumer warpgroup w's dS half may be overwritten / is whole
 static inline int bw_tp(int Tq) { return (Tq + 3) & ~3; }
@@ -109,12 +116,13 @@ template <int HS> __global__ void attention_backward_prep_kernel(bw_args a) {
     if (in && i % bw_step(HS) == 0) a.sem[(int64_t)bh * a.mq + i / bw_step(HS)] = 0;
 }
 
-// The dQ hand-off in the extra shared memory: dS of the tile (bf16, queries x 128
-// keys as two K-major tiles of STEP rows x 64 keys, swizzled), the dQ partial (fp32, STEP x HS in
-// accumulator order: query half h (rows 64h..), warp v, register quad i, lane l at float4
-// ((4h + v) 8 + i) 32 + l), its full barrier (warpgroup 1's 128 threads: the sum is in), empty
-// barrier (the writer has read it), half barrier (warpgroup 0's 128 threads: its partial is in),
-// and where it goes.
+// The dQ hand-off in the extra shared memory: dS of the tile (bf16, queries x 128 keys as two
+// K-major tiles of STEP rows x 64 keys, swizzled), the dQ partial (fp32, STEP x HS in accumulator
+// order: blocks of 64 rows x N columns, down the rows (by keys: N = HS) or across the columns (by
+// columns: N = HS/2, bw_dq_cols); block b, warp v, register quad i (of N/8), lane l at float4
+// ((4b + v) N/8 + i) 32 + l), its full barrier (the threads that hand it over: warpgroup 1's 128
+// when split by keys, both warpgroups' 256 by columns), empty barrier (the writer has read it),
+// half barrier (by keys, warpgroup 0's 128 threads: its partial is in), and where it goes.
 struct bw_meta {
     int64_t at; // float offset of the query tile in the accumulator
     int sem, n; // its order counter; this key tile's turn (bw_turn); n < 0: no more tiles
@@ -205,7 +213,7 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                        {a.nl + at, a.D + at}};
     };
     if (threadIdx.x == 0) // fenced in producer()
-        mbar_init(x.full(), 128), mbar_init(x.empty(), 1), mbar_init(x.half(), 128);
+        mbar_init(x.full(), bw_dq_cols(HS) ? 256 : 128), mbar_init(x.empty(), 1), mbar_init(x.half(), 128);
     if (sm.template producer<true>(total, a.counter, plan)) {
         if (threadIdx.x == 32) bw_write_dq(x, a);
         return;
@@ -223,7 +231,9 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
             sm.wait(j, 0);
             sm.wait(j, 1);
             // some query of the tile sees some key of the warpgroup
-            bool seen = qt + STEP - 1 + d.delta >= kw && kw < d.Tk;
+            // (split by columns, both warpgroups take every tile: the first sees k0, and the
+            // other's dS, all 0 where it sees nothing, is half of each one's dQ)
+            bool seen = bw_dq_cols(HS) || (qt + STEP - 1 + d.delta >= kw && kw < d.Tk);
             uint32_t pa[STEP / 16][4], da[STEP / 16][4]; // P^T and dS^T as A fragments (att_frags)
             if (seen) {
                 float st[STEP / 2], dpt[STEP / 2];
@@ -256,28 +266,32 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                     att_frag_put(da, i, ds);
                 }
             }
-            constexpr int H = STEP / 64, Q = HS / 8; // Q: register quads of a 64-row block's row
-            float dq[H][HS / 2]; // dQ of the tile's STEP queries (H blocks of 64) over the warpgroup's 64 keys
+            // dQ of the tile's queries: by keys, H blocks of 64 rows x HS over the warpgroup's keys;
+            // by columns, one block of 64 rows x HS/2 (its columns) over all 128 keys
+            constexpr bool COLS = bw_dq_cols(HS);
+            constexpr int H = COLS ? 1 : STEP / 64, N = COLS ? HS / 2 : HS, Q = N / 8; // Q: register quads a row
+            constexpr int DS_THREADS = COLS ? 256 : 128; // who reads a warpgroup's half of the dS tile
+            float dq[H][N / 2];
             if (seen) { // the warpgroup's dS^T into its half of the dS tile; dV, dK, dQ
-                named_sync<128>(BW_DS + w); // its last dQ product is done in every warp
+                int bar = COLS ? BW_DS : BW_DS + w;
+                named_sync<DS_THREADS>(bar); // the last dQ products reading the half are done in every warp
                 bw_store_ds<STEP>(x.ds(), da, w);
                 fence_async_smem();
-                named_sync<128>(BW_DS + w);
+                named_sync<DS_THREADS>(bar);
                 wg_hold(dv);
                 wg_hold(dk);
                 wg_fence();
                 att_product_rs<HS, STEP>(dv, pa, sm.stage_op(j, 1), STEP); // dV += P^T dO
                 att_product_rs<HS, STEP>(dk, da, sm.stage_op(j, 0), STEP); // dK += dS^T Q
                 wg_commit();
-                if (HS == 128) { // registers: P^T and dS^T go before dQ comes
-                    wg_wait<0>();
-                    wg_hold(dv);
-                    wg_hold(dk);
-                }
                 wg_fence();
-                const unsigned char *ds = x.ds() + w * STEP * 128, *kt = sm.own_op(k, 0) + 64 * w * 128;
+                if (COLS) // dQ = dS K: the whole dS tile, K's columns of the warpgroup
+                    att_product_sn<N, 128>(dq[0], x.ds(), STEP, 0, sm.own_op(k, 0) + w * ATT_WG_ROWS * 128, ATT_WG_ROWS);
+                else
 #pragma unroll
-                for (int h = 0; h < H; h++) att_product_sn<HS, 64>(dq[h], ds, STEP, 64 * h, kt, ATT_WG_ROWS); // dQ = dS K
+                    for (int h = 0; h < H; h++) // dQ = dS K: the warpgroup's half of dS, its keys of K
+                        att_product_sn<N, 64>(dq[h], x.ds() + w * STEP * 128, STEP, 64 * h, sm.own_op(k, 0) + 64 * w * 128,
+                                              ATT_WG_ROWS);
                 wg_commit();
                 wg_wait<0>();
 #pragma unroll
@@ -286,23 +300,25 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                 wg_hold(dk);
             }
             sm.release(j);
-            // warpgroup 0 stores its partial (once the writer has read the last one), then
-            // warpgroup 1 adds its own and hands the sum to the writer
+            // The partial into shared memory (once the writer has read the last one), in accumulator
+            // order (bw_dq_at): by columns each warpgroup stores its block and hands it to the writer;
+            // by keys warpgroup 0 stores its partial, then warpgroup 1 adds its own and hands the sum.
             float4 *o = (float4 *)x.acc() + (threadIdx.x / 32 % 4) * Q * 32 + threadIdx.x % 32;
-            if (w == 0) {
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (COLS || w == 0) {
                 if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
-                const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                int b0 = COLS ? w : 0; // the first block it stores
 #pragma unroll
                 for (int h = 0; h < H; h++)
 #pragma unroll
                     for (int i = 0; i < Q; i++) {
                         const float *v = dq[h] + 4 * i;
-                        o[(4 * h * Q + i) * 32] = seen ? make_float4(v[0], v[1], v[2], v[3]) : zero;
+                        o[(4 * (b0 + h) * Q + i) * 32] = seen ? make_float4(v[0], v[1], v[2], v[3]) : zero;
                     }
                 // the writer's bulk copy reads these values as they are where warpgroup 1
                 // adds nothing (its keys unseen): fenced by the threads that wrote them
                 fence_async_smem();
-                mbar_arrive(x.half());
+                if (!COLS) mbar_arrive(x.half());
             } else {
                 mbar_wait(x.half(), j & 1);
                 if (seen)
@@ -314,9 +330,11 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                             float4 *q = o + (4 * h * Q + i) * 32, y = *q;
                             *q = make_float4(y.x + v[0], y.y + v[1], y.z + v[2], y.w + v[3]);
                         }
+                fence_async_smem();
+            }
+            if (COLS || w == 1) {
                 int m = qt / STEP;
                 if (threadIdx.x == 256) *x.meta() = {bw_dq_at(a, p.bh, m, HS), p.bh * a.mq + m, bw_turn(d, m, p.tile, STEP)};
-                fence_async_smem();
                 mbar_arrive(x.full());
             }
         }
@@ -324,7 +342,7 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
         att_store<HS>(a.dkv + p.k, d.ldk, dk, sk, kw, d.Tk, d.add);
         att_store<HS>(a.dkv + p.k + d.C, d.ldk, dv, sv, kw, d.Tk, d.add);
     }
-    if (w == 1) { // tell the writer there is no more
+    if (bw_dq_cols(HS) || w == 1) { // tell the writer there is no more
         if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
         if (threadIdx.x == 256) x.meta()->n = -1;
         mbar_arrive(x.full());
@@ -334,14 +352,17 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
 // dq (=, or += with d.add) from the dkv kernel's accumulator times 1/sqrt(HS): one thread a float4
 // of it (two rows, two columns); rows of query tiles that no key tile streamed (they see no key) get 0.
 template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
-    constexpr int STEP = bw_step(HS), PER = STEP * HS / 4, Q = HS / 8; // float4s a query tile, quads a row
+    constexpr bool COLS = bw_dq_cols(HS);
+    constexpr int STEP = bw_step(HS), PER = STEP * HS / 4, N = COLS ? HS / 2 : HS, Q = N / 8; // float4s a query tile; a block's columns, quads
     const attn_dims &d = a.d;
     int64_t f = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= (int64_t)d.B * d.NH * a.mq * PER) return;
     int64_t tile = f / PER;
     int o = (int)(f % PER), bh = (int)(tile / a.mq), m = (int)(tile % a.mq);
-    int lane = o % 32, i = o / 32 % Q, v = o / (32 * Q); // register quad i of warp v % 4 of 64-row block v / 4
-    int row = m * STEP + 64 * (v / 4) + 16 * (v % 4) + lane / 4, col = 8 * i + 2 * (lane % 4);
+    // register quad i of warp v % 4 of block v / 4: 64 rows x N columns, blocks down the rows (by
+    // keys) or across the columns (by columns)
+    int lane = o % 32, i = o / 32 % Q, v = o / (32 * Q), blk = v / 4;
+    int row = m * STEP + (COLS ? 0 : 64 * blk) + 16 * (v % 4) + lane / 4, col = (COLS ? N * blk : 0) + 8 * i + 2 * (lane % 4);
     float4 x = ((const float4 *)a.acc)[f];
     if (m * STEP < bw_first_query(d, 0, STEP)) x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     bf16 *dq = a.dq + (int64_t)(bh / d.NH) * d.Tq * d.ldq + bh % d.NH * HS + col;
