@@ -18,18 +18,17 @@
 //   meet only there, not at a barrier every tile). At HS = 128 (registers) each computes its half
 //   of dQ's columns over all 128 keys, from both halves of dS (a barrier of both warpgroups before
 //   and after the dS store), and stores it beside the other's (FlashAttention-3's split there).
-//   The partial goes to the producer warpgroup's second warp, which adds it into an fp32 accumulator (a bulk reduce-add in L2) when it is this key
-//   tile's turn at that query tile: a counter per query tile passes the turn from key tile to key
-//   tile in a fixed order (FlashAttention-3's deterministic mode), so the sums are the same bits in
-//   every run. The order is the last key tile first (bw_turn), which stores instead of adding:
+//   The partial goes to the producer warpgroup's second warp, which adds it into an fp32
+//   accumulator (a bulk reduce-add in L2) when it is this key tile's turn at that query tile: a
+//   counter per query tile passes the turn from key tile to key tile in a fixed order
+//   (FlashAttention-3's deterministic mode), so the sums are the same bits in every run. The order is the last key tile first (bw_turn), which stores instead of adding:
 //   a key tile starts at its diagonal and walks up, so the tile above it reached each query tile
 //   one step earlier. Items go out in the same order within a head (shortest first), and only to
 //   running blocks, so the turn always comes. dq_out then scales the accumulator into dq.
-// The mask (key > query + delta, key >= Tk) is applied only on tiles crossing a warpgroup's
-// diagonal or the keys' end; tiles wholly masked for a warpgroup are skipped (at HS = 128 only
-// where neither warpgroup sees them). Rows past Tq or Tk
-// arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; rows past the ends are
-// not stored.
+// The mask (key > query + delta) is applied only on tiles crossing a warpgroup's diagonal; tiles
+// wholly masked for a warpgroup are skipped (at HS = 128 only where neither warpgroup sees them).
+// Rows past Tq or Tk arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; keys
+// past Tk, zero rows of K, add nothing to dQ; rows past the ends are not stored.
 #include "backend/cuda/attention_wgmma.cuh"
 
 #include <limits.h>
