@@ -103,7 +103,9 @@ for i in $(seq 1 "$copies"); do cp "$FIX/gpt2_eval_shard.bin" "$WORK/seq_$(print
 for m in ${TP_MODELS:-gpt2-medium gpt2-xl}; do
     tp="--tp 2"
     [ "$m" = gpt2-xl ] && tp= # 25 heads: tensor parallelism splits whole heads
-    for layout in $tp "--pp 2 --pp-schedule 1f1b" "--pp 2 --pp-schedule zb-v" "--zero 1"; do
+    layouts=("--pp 2 --pp-schedule 1f1b" "--pp 2 --pp-schedule zb-v" "--zero 1")
+    [ -n "$tp" ] && layouts=("$tp" "${layouts[@]}") # one layout, not split into "--tp" and "2"
+    for layout in "${layouts[@]}"; do
         name=$(echo "$m$layout" | tr -d ' -')
         # shellcheck disable=SC2086
         ran "$m 2 GPUs $layout" "$OUTDIR/$name.log" "${MPI[@]}" 2 "$LOOM" train --model "$m" --train-data "$WORK/seq_*.bin" \
