@@ -43,7 +43,8 @@ __host__ __device__ constexpr int bw_own_buffers(int hs) { return hs == 64 ? 2 :
 // 128 keys, from both warpgroups' dS: 32 accumulator registers instead of 64).
 __host__ __device__ constexpr bool bw_dq_cols(int hs) { return hs == 128; }
 #define BW_STAGES 2
-#define BW_DS 2 // named barriers 2 and 3: consumer warpgroup w's dS half may be overwritten / is whole
+#define BW_NWG 2 // consumer warpgroups (64 of the 128 own keys each)
+#define BW_DS 2 // named barriers BW_DS + w (by keys; by columns BW_DS for both): the dS half may be overwritten / is whole
 static inline int bw_tp(int Tq) { return (Tq + 3) & ~3; }
 
 // The first query row a key tile from k0 streams: the first that sees k0, rounded down to a
@@ -187,10 +188,10 @@ __device__ __forceinline__ void bw_store_ds(unsigned char *ds, const uint32_t (&
 // The kernel's shared memory: two consumer warpgroups, own K and V, stages of Q and dO with their
 // nl and D, the dQ hand-off
 template <int HS>
-using bw_smem = att_smem<HS, 2, 2, bw_step(HS), BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)>;
+using bw_smem = att_smem<HS, BW_NWG, 2, bw_step(HS), BW_STAGES, 2, bw_dq_smem<HS>::bytes, bw_own_buffers(HS)>;
 
 template <int HS>
-__global__ void __launch_bounds__(ATT_WG_THREADS, 1)
+__global__ void __launch_bounds__(att_threads(BW_NWG), 1)
 attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mdo,
                                     const __grid_constant__ CUtensorMap mkv, bw_args a) {
     extern __shared__ unsigned char bw_raw[];
@@ -380,25 +381,22 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
     const attn_dims &d = a->d;
     int BNH = d.B * d.NH;
     constexpr int STEP = bw_step(HS);
-    cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize; // over 48 KB: opt in
     int64_t prep_threads = 2 * (int64_t)BNH * a->Tp;
     attention_backward_prep_kernel<HS><<<(unsigned)((prep_threads + 255) / 256), 256, 0, cu->stream>>>(*a);
     CUDA_LAUNCH_CHECK();
-    { // dkv and the dQ partials: own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
-        int smem = (int)bw_smem<HS>::bytes;
-        CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, attr, smem));
-        unsigned grid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
-        CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, STEP);
-        CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, STEP);
-        CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, ATT_WG_ROWS);
-        attention_backward_dkv_wgmma_kernel<HS><<<grid, ATT_WG_THREADS, smem, cu->stream>>>(mq, mdo, mkv, *a);
-        CUDA_LAUNCH_CHECK();
-    }
-    {
-        int64_t n = (int64_t)BNH * a->mq * STEP * HS / 4;
-        attention_backward_dq_out_kernel<HS><<<(unsigned)((n + 255) / 256), 256, 0, cu->stream>>>(*a);
-        CUDA_LAUNCH_CHECK();
-    }
+    // dkv and the dQ partials: own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
+    int smem = (int)bw_smem<HS>::bytes; // over 48 KB: opt in
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem));
+    unsigned grid = att_grid(cu, (d.Tk + ATT_WG_ROWS - 1) / ATT_WG_ROWS * BNH, a->counter);
+    CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, STEP);
+    CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, STEP);
+    CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, ATT_WG_ROWS);
+    attention_backward_dkv_wgmma_kernel<HS><<<grid, att_threads(BW_NWG), smem, cu->stream>>>(mq, mdo, mkv, *a);
+    CUDA_LAUNCH_CHECK();
+    int64_t n = (int64_t)BNH * a->mq * STEP * HS / 4; // dq_out: a thread a float4 of the accumulator
+    attention_backward_dq_out_kernel<HS><<<(unsigned)((n + 255) / 256), 256, 0, cu->stream>>>(*a);
+    CUDA_LAUNCH_CHECK();
 }
 
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, const bf16 *dout, const bf16 *q,

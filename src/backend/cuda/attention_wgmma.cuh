@@ -30,7 +30,6 @@
 #include "backend/cuda/hopper.cuh"
 
 #define ATT_WG_ROWS 128 // own rows a block of 2 consumer warpgroups (64 each)
-#define ATT_WG_THREADS 384
 #define ATT_ITEM_START 1 // named barrier id
 // Threads of a block with NWG consumer warpgroups, and the registers each consumer thread gets
 // (the producer warpgroup keeps 24; the launch gave every thread 65,536 / threads, at most 168)
