@@ -20,6 +20,7 @@
 
 #define FW_KEYS 128 // keys per tile
 #define FW_STAGES 2 // K/V tiles in flight
+#define FW_TURN 2   // named barriers FW_TURN + w: consumer warpgroup w's turn to issue its products
 __host__ __device__ constexpr int fw_nwg(int hs) { return hs == 64 ? 3 : 2; }
 template <int HS> using fw_smem = att_smem<HS, fw_nwg(HS), 1, FW_KEYS, FW_STAGES>;
 
@@ -28,7 +29,7 @@ __global__ void __launch_bounds__(att_threads(fw_nwg(HS)), 1)
 attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mkv,
                                bf16 *out, float *lse, int *counter, attn_dims d, float sl2) {
     extern __shared__ unsigned char fw_raw[];
-    constexpr int ROWS = 64 * fw_nwg(HS); // an item's query rows
+    constexpr int NWG = fw_nwg(HS), ROWS = 64 * NWG; // consumer warpgroups, an item's query rows
     const fw_smem<HS> sm(fw_raw);
     int Tq = d.Tq, ntiles = (Tq + ROWS - 1) / ROWS, total = ntiles * d.B * d.NH;
     // an item's copies: its Q tile (rows q0..), then the K and V tiles its last row sees
@@ -80,13 +81,25 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
                 l[r] = l[r] * corr[r] + sum;
             }
         };
+        // The consumer warpgroups take turns to issue a tile's products (FlashAttention-3's warpgroup
+        // scheduling barriers), so that one's softmax runs while another's products do: warpgroup w
+        // waits at barrier FW_TURN + w, issues, and passes the turn to w + 1 (the last to 0). Every
+        // warpgroup takes nkt turns an item, those past its own tiles empty; the last warpgroup gives
+        // warpgroup 0 its first turn and does not pass its last, so no arrival outlives the item.
+        auto turn = [&]() { named_sync<256>(FW_TURN + w); };
+        auto pass = [&](int jj) {
+            if (w != NWG - 1 || jj < nkt - 1) named_arrive<256>(FW_TURN + (w + 1) % NWG);
+        };
+        if (w == NWG - 1 && nkt > 0) named_arrive<256>(FW_TURN);
         uint32_t pa[FW_KEYS / 16][4]; // P of the last tile, the A operand of its O += P V
         if (nkw > 0) { // tile 0: S = Q K^T, its softmax (O is still 0)
             float sc[FW_KEYS / 2], corr[2];
             sm.wait(j, 0);
             wg_fence();
+            turn();
             att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ROWS, 64 * w, sm.stage_op(j, 0), FW_KEYS);
             wg_commit();
+            pass(0);
             wg_wait<0>();
             wg_hold(sc);
             sm.release(j, 0); // K
@@ -103,10 +116,12 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
             sm.wait(jt - 1, 1);
             wg_hold(o);
             wg_fence();
+            turn();
             att_product_ss<FW_KEYS, HS>(sc, sm.own_op(k, 0), ROWS, 64 * w, sm.stage_op(jt, 0), FW_KEYS); // S = Q K^T
             wg_commit();
             att_product_rs<HS, FW_KEYS>(o, pa, sm.stage_op(jt - 1, 1), FW_KEYS); // O += P V, the last tile's
             wg_commit();
+            pass(jj);
             wg_wait<1>(); // S landed; O += P V may still run
             wg_hold(sc);
             sm.release(jt, 0); // K
@@ -135,6 +150,8 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
         for (int jj = nkw; jj < nkt; jj++) { // tiles no row of the warpgroup sees: let them go once landed
             sm.wait(j + jj, 0);
             sm.wait(j + jj, 1);
+            turn();
+            pass(jj);
             sm.release(j + jj);
         }
         j += nkt;

@@ -191,6 +191,10 @@ __device__ __forceinline__ void red_release_add(int *p, int v) {
 template <int THREADS> __device__ __forceinline__ void named_sync(int id) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
 }
+// Arrives at named barrier `id` of `threads` threads without waiting (the others sync on it).
+template <int THREADS> __device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
 // Warpgroup register budget (setmaxnreg): the copy warpgroup gives registers back, the
 // arithmetic ones take them.
 template <int R> __device__ __forceinline__ void wg_regs_down() {
