@@ -14,7 +14,9 @@
 //   (m in raw score units, the scale folded into one FMA: P = 2^(S c - m' c), c = log2(e)/sqrt(HS))
 //   O = O 2^((m-m') c) + P V (P rounded to bf16 as the register A operand; V N-major)
 // then O /= l, lse = m / sqrt(HS) + ln l (a row that saw no key: O = 0, lse = -inf), stored from
-// the accumulator registers; rows past Tq are not stored. Rows past Tq and keys past Tk arrive as
+// the accumulator registers; rows past Tq are not stored. The warpgroups take turns to issue a
+// tile's products (FlashAttention-3's warpgroup scheduling barriers: FW_TURN), so that one's
+// softmax runs while another's products do. Rows past Tq and keys past Tk arrive as
 // zeros (the tensor maps' bounds), and are masked.
 #include "backend/cuda/attention_wgmma.cuh"
 
