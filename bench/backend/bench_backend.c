@@ -72,7 +72,7 @@ static void attention_fwd(void) {
 static void attention_bwd(void) {
     loom_tensor dqv = LOOM_VIEW(dqkv, F32, B, T, 3 * C), qv = LOOM_VIEW(qkv, F32, B, T, 3 * C);
     be->zero(be, dqkv, loom_nbytes(&dqv)); // the backward adds into it, as the model zeroes it
-    be->attention_backward(be, dqv, dqv, LOOM_VIEW(datt, F32, B, T, C), qv, qv, LOOM_VIEW(att, F32, B, T, C),
+    be->attention_backward(be, dqv, dqv, (loom_tensor){0}, LOOM_VIEW(datt, F32, B, T, C), qv, qv, LOOM_VIEW(att, F32, B, T, C),
                            LOOM_VIEW(lse, F32, B, NH, T), NH, LOOM_ATTN_CAUSAL);
 }
 static void gelu_fwd(void) { be->gelu_forward(be, f(y, N, 4 * C), f(x, N, 4 * C)); }

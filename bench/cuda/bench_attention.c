@@ -26,7 +26,7 @@ static double time_attention(loom_backend *be, loom_tensor out, loom_tensor lse,
         be->attention_forward(be, out, lse, qkv, qkv, NH, LOOM_ATTN_CAUSAL);
         if (backward) { // the backward adds into dqkv: zeroed first, as the model does
             be->zero(be, dqkv.data, loom_nbytes(&dqkv));
-            be->attention_backward(be, dqkv, dqkv, dout, qkv, qkv, out, lse, NH, LOOM_ATTN_CAUSAL);
+            be->attention_backward(be, dqkv, dqkv, (loom_tensor){0}, dout, qkv, qkv, out, lse, NH, LOOM_ATTN_CAUSAL);
         }
         be->synchronize(be);
         if (r >= 0) t[r] = loom_now() - t0;

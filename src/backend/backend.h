@@ -243,9 +243,13 @@ struct loom_backend {
     // that P = exp(S - lse) is this block's share of each row's softmax; rows whose lse is
     // -INFINITY add nothing. dq and dkv may be one tensor (the q and the k, v columns of a dqkv
     // (B,T,3C)). Writing (whole-sequence attention) skips a read and a second rounding per value.
-    void (*attention_backward)(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout,
-                               loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
-                               loom_attn_span span);
+    // dbias (3C), when its data is not NULL and the gradients are written (not span.accumulate):
+    // += the column sums of what is written, over its B*Tq rows of dq's C columns, then its B*Tk
+    // rows of dkv's 2C: the bias gradient of the qkv layer whose output q and kv are, summed by
+    // the backend where the gradients are made (as matmul_backward's dbias from the same dqkv).
+    void (*attention_backward)(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dbias,
+                               loom_tensor dout, loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse,
+                               int NH, loom_attn_span span);
     // Merges the partial result (out_part, lse_part) of other keys into the running one (out,
     // lse) of the same queries, as the online softmax does (Milakov & Gimelshein 2018):
     //   L = log(e^lse + e^lse_part);  out = e^(lse - L) out + e^(lse_part - L) out_part;  lse = L

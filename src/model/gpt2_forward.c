@@ -88,14 +88,17 @@ static void attention_forward(loom_gpt2 *m, loom_tensor out, loom_tensor lse, lo
     else m->be->attention_forward(m->be, out, lse, qkv, qkv, m->NH, LOOM_ATTN_CAUSAL);
 }
 
-// dqkv = its gradient
-static void attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dout, loom_tensor qkv, loom_tensor out,
-                               loom_tensor lse) {
+// dqkv = its gradient; dbias (the qkv layer's bias gradient, or data NULL) += the column sums of
+// dqkv where the backend's attention makes dqkv. Returns whether it did (not under context
+// parallelism: then the qkv layer's matmul_backward sums them).
+static bool attention_backward(loom_gpt2 *m, loom_tensor dqkv, loom_tensor dbias, loom_tensor dout, loom_tensor qkv,
+                               loom_tensor out, loom_tensor lse) {
     if (m->cp.attention_backward) {
         m->cp.attention_backward(m->cp.ctx, dqkv, dout, qkv, out, lse, m->NH);
-        return;
+        return false;
     }
-    m->be->attention_backward(m->be, dqkv, dqkv, dout, qkv, qkv, out, lse, m->NH, LOOM_ATTN_CAUSAL);
+    m->be->attention_backward(m->be, dqkv, dqkv, dbias, dout, qkv, qkv, out, lse, m->NH, LOOM_ATTN_CAUSAL);
+    return dbias.data != NULL;
 }
 
 // Block l's linear layer with weight k as the backend's FP8 scaling site names it (backend.h's
@@ -248,9 +251,11 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     keep(m, d.attproj, v->dfull);
     be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
                         v->dfull, atty, linear_weight(m, l, B_ATTPROJW));
-    attention_backward(m, d.qkv, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i));
-    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, all ? gpt2_grad(m, l, B_QKVB) : none, d.qkv,
-                        layer(&a->ln1, i), linear_weight(m, l, B_QKVW));
+    bool summed = attention_backward(m, d.qkv, all ? gpt2_grad(m, l, B_QKVB) : none, datty, layer(&a->qkv, i), atty,
+                                     layer(&a->att_lse, i));
+    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none,
+                        all && !summed ? gpt2_grad(m, l, B_QKVB) : none, d.qkv, layer(&a->ln1, i),
+                        linear_weight(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));

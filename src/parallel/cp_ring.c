@@ -133,7 +133,7 @@ void cp_ring_backward(void *ctx, loom_tensor dqkv, loom_tensor dout, loom_tensor
                 loom_attn_span span;
                 if (!visible(cp, s, i, j, d, &span)) continue;
                 be->attention_backward(be, block(dqkv.data, i, d, 3 * d.C, dt), block(acc, j, d, 2 * d.C, dt),
-                                       block(dout.data, i, d, d.C, dt), block(qkv.data, i, d, 3 * d.C, dt),
+                                       (loom_tensor){0}, block(dout.data, i, d, d.C, dt), block(qkv.data, i, d, 3 * d.C, dt),
                                        block(kv, j, d, 2 * d.C, dt), block(out.data, i, d, d.C, dt),
                                        lse_block(lse.data, i, d, NH), NH, span);
                 progress(cp, reqs, 4);

@@ -87,7 +87,7 @@ void cp_ulysses_backward(void *ctx, loom_tensor dqkv, loom_tensor dout, loom_ten
     to_heads(cp, cp->qkv_h, qkv.data, B, 3);
     to_heads(cp, cp->out_h, out.data, B, 1);
     to_heads(cp, cp->dout_h, dout.data, B, 1);
-    be->attention_backward(be, dqkv_h, dqkv_h, LOOM_VIEW(cp->dout_h, be->dtype, B, T, Ch), qkv_h, qkv_h,
+    be->attention_backward(be, dqkv_h, dqkv_h, (loom_tensor){0}, LOOM_VIEW(cp->dout_h, be->dtype, B, T, Ch), qkv_h, qkv_h,
                            LOOM_VIEW(cp->out_h, be->dtype, B, T, Ch), LOOM_VIEW(lse.data, LOOM_F32, B, NHh, T), NHh,
                            LOOM_ATTN_CAUSAL);
     to_sequence(cp, dqkv.data, cp->dqkv_h, B, 3);

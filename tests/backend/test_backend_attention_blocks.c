@@ -110,7 +110,7 @@ static void test_blocks(blk_case k, bool narrow) {
             take_rows(kv, qkv, B, T, 3 * C, tc, nc, 3 * C - wk, wk);
             memset(dq, 0, sizeof(float) * (size_t)B * na * wq);
             memset(dkv, 0, sizeof(float) * (size_t)B * nc * wk);
-            t_be->attention_backward(t_be, LOOM_VIEW(dq, F32, B, na, wq), LOOM_VIEW(dkv, F32, B, nc, wk),
+            t_be->attention_backward(t_be, LOOM_VIEW(dq, F32, B, na, wq), LOOM_VIEW(dkv, F32, B, nc, wk), (loom_tensor){0},
                                      LOOM_VIEW(dy, F32, B, na, C), LOOM_VIEW(q, F32, B, na, wq),
                                      LOOM_VIEW(kv, F32, B, nc, wk), LOOM_VIEW(mo, F32, B, na, C),
                                      LOOM_VIEW(ml, F32, B, NH, na), NH, (loom_attn_span){ta, tc, true, true});

@@ -126,14 +126,24 @@ static void test_attention(t_shape s) {
     loom_tensor xv = LOOM_VIEW(qkv, F32, s.B, s.T, 3 * s.C),
                 dxv = LOOM_VIEW(dqkv, F32, s.B, s.T, 3 * s.C);
     loom_tensor dyv = LOOM_VIEW(dout, F32, s.B, s.T, s.C);
+    // with the qkv bias gradient: dbias (3C) += the column sums of the dqkv written
+    int NC = 3 * s.C;
+    float *db = t_randn((size_t)NC, 1), *rdb = t_dup(db, (size_t)NC);
     t_be->attention_forward(t_be, ov, lv, xv, xv, s.NH, LOOM_ATTN_CAUSAL);
-    t_be->attention_backward(t_be, dxv, dxv, dyv, xv, xv, ov, lv, s.NH, LOOM_ATTN_CAUSAL);
+    t_be->attention_backward(t_be, dxv, dxv, LOOM_VIEW(db, F32, NC), dyv, xv, xv, ov, lv, s.NH, LOOM_ATTN_CAUSAL);
     ref_attention_backward(ref, dout, qkv, s.B, s.T, s.C, s.NH);
     check("attention dqkv", dqkv, ref, (size_t)(3 * n), s);
+    for (int c = 0; c < NC; c++) {
+        double sum = rdb[c];
+        for (int r = 0; r < s.B * s.T; r++) sum += ref[(size_t)r * NC + c];
+        rdb[c] = (float)sum;
+    }
+    check("attention dbias", db, rdb, (size_t)NC, s);
     memcpy(ref, dqkv, sizeof(float) * (size_t)(3 * n)); // written over NaNs above; added to with accumulate
-    t_be->attention_backward(t_be, dxv, dxv, dyv, xv, xv, ov, lv, s.NH, (loom_attn_span){0, 0, true, true});
+    t_be->attention_backward(t_be, dxv, dxv, (loom_tensor){0}, dyv, xv, xv, ov, lv, s.NH,
+                             (loom_attn_span){0, 0, true, true});
     check_twice("attention dqkv", dqkv, ref, (size_t)(3 * n), 2);
-    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref);
+    free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref), free(db), free(rdb);
 }
 
 static void test_gelu(t_shape s) {

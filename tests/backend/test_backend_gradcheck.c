@@ -118,7 +118,7 @@ static void test_attention(t_shape s) {
                 LOOM_VIEW(qkv, F32, s.B, s.T, 3 * s.C), s.NH, R};
     at_loss(&c);
     loom_tensor dqkv_v = LOOM_VIEW(dqkv, F32, s.B, s.T, 3 * s.C); // += into zeros
-    t_be->attention_backward(t_be, dqkv_v, dqkv_v, LOOM_VIEW(R, F32, s.B, s.T, s.C), c.qkv, c.qkv, c.out, c.lse,
+    t_be->attention_backward(t_be, dqkv_v, dqkv_v, (loom_tensor){0}, LOOM_VIEW(R, F32, s.B, s.T, s.C), c.qkv, c.qkv, c.out, c.lse,
                              s.NH, LOOM_ATTN_CAUSAL);
     gradcheck("attention qkv", at_loss, &c, qkv, dqkv, (size_t)(3 * n));
     free(qkv), free(out), free(R), free(lse), free(dqkv);

@@ -66,7 +66,7 @@ static void run_attention(void *p) {
     loom_tensor dqkv = LOOM_VIEW(b->dqkv, F32, B, T, 3 * AC);
     t_be->attention_forward(t_be, out, lse, qkv, qkv, NH, LOOM_ATTN_CAUSAL);
     memset(b->dqkv, 0, 3 * B * T * AC * sizeof(float)); // the backward adds into it
-    t_be->attention_backward(t_be, dqkv, dqkv, LOOM_VIEW(b->dy, F32, B, T, AC), qkv, qkv, out, lse, NH,
+    t_be->attention_backward(t_be, dqkv, dqkv, (loom_tensor){0}, LOOM_VIEW(b->dy, F32, B, T, AC), qkv, qkv, out, lse, NH,
                              LOOM_ATTN_CAUSAL);
 }
 

@@ -1,7 +1,8 @@
 // Attention on the GPU against the CPU backend (the fp32 reference), fp32 within 1e-5 and bf16
 // within 1e-2 (norm-relative; the CPU runs on the same bf16-rounded inputs; 2e-2 for the bf16
 // gradients accumulated over chunk pairs, test_blocks):
-//   whole sequences: out and lse, and dqkv += (from random values) from the CPU's out and lse;
+//   whole sequences: out and lse, and dqkv = and += (from random values) from the CPU's out and lse,
+//       with the qkv bias gradient (dbias +=) where dqkv is written;
 //   blocks (context parallelism's op): a random sequence cut into ragged chunks at random places,
 //       each chunk taken from the device's qkv by copy_2d into a qkv-shaped buffer, or q-only and
 //       kv-only ones; every (query chunk, key chunk) pair runs on the GPU at its global offsets
@@ -64,26 +65,35 @@ static void test_whole(shape s) {
     // backward from the CPU's forward results (out rounded to the mode's dtype): written over
     // random values, then added to them (accumulate)
     buf o = b_from(out.h, n, dt), l = b_from(lse.h, nl, F32);
-    buf dout = b_randn(n, 1, dt), dqkv = b_randn(3 * n, 1, dt);
-    loom_tensor hd = HV(dqkv, s.B, s.T, 3 * s.C), dd = DV(dqkv, s.B, s.T, 3 * s.C);
+    // written with the qkv bias gradient (dbias += the column sums of dqkv), then added to
+    size_t nb = 3 * (size_t)s.C;
+    buf dout = b_randn(n, 1, dt), dqkv = b_randn(3 * n, 1, dt), dbias = b_randn(nb, 1, dt);
+    loom_tensor hd = HV(dqkv, s.B, s.T, 3 * s.C), dd = DV(dqkv, s.B, s.T, 3 * s.C), none = {0};
+    float *b0 = loom_xmalloc(nb * 4);
+    memcpy(b0, dbias.h, nb * 4);
     for (int add = 0; add <= 1; add++) {
         loom_attn_span span = {0, 0, true, add};
-        cpu->attention_backward(cpu, hd, hd, HV(dout, s.B, s.T, s.C), hq, hq, HV(o, s.B, s.T, s.C),
-                                HV(l, s.B, s.NH, s.T), s.NH, span);
-        gpu->attention_backward(gpu, dd, dd, DV(dout, s.B, s.T, s.C), dq, dq, DV(o, s.B, s.T, s.C),
-                                DV(l, s.B, s.NH, s.T), s.NH, span);
+        cpu->attention_backward(cpu, hd, hd, add ? none : HV(dbias, nb), HV(dout, s.B, s.T, s.C), hq, hq,
+                                HV(o, s.B, s.T, s.C), HV(l, s.B, s.NH, s.T), s.NH, span);
+        gpu->attention_backward(gpu, dd, dd, add ? none : DV(dbias, nb), DV(dout, s.B, s.T, s.C), dq, dq,
+                                DV(o, s.B, s.T, s.C), DV(l, s.B, s.NH, s.T), s.NH, span);
         check(add ? "attention dqkv +=" : "attention dqkv", dqkv, s);
+        if (!add) check("attention dbias", dbias, s);
     }
-    // deterministic: two more backward passes give the same bits
-    float *first = loom_xmalloc(3 * n * 4), *again = loom_xmalloc(3 * n * 4);
+    // deterministic: two more backward passes (dbias from its same start) give the same bits
+    float *first = loom_xmalloc((3 * n + nb) * 4), *again = loom_xmalloc((3 * n + nb) * 4);
     for (int r = 0; r < 2; r++) {
-        gpu->attention_backward(gpu, dd, dd, DV(dout, s.B, s.T, s.C), dq, dq, DV(o, s.B, s.T, s.C),
+        float *got = r ? again : first;
+        upload_as(dbias.d, b0, nb, dt);
+        gpu->attention_backward(gpu, dd, dd, DV(dbias, nb), DV(dout, s.B, s.T, s.C), dq, dq, DV(o, s.B, s.T, s.C),
                                 DV(l, s.B, s.NH, s.T), s.NH, LOOM_ATTN_CAUSAL);
-        download_as(r ? again : first, dqkv.d, 3 * n, dt);
+        download_as(got, dqkv.d, 3 * n, dt);
+        download_as(got + 3 * n, dbias.d, nb, dt);
     }
-    T_ASSERT(memcmp(first, again, 3 * n * 4) == 0, "%s attention backward: two runs differ", loom_dtype_name(dt));
-    free(first), free(again);
-    buf *all[] = {&qkv, &out, &lse, &o, &l, &dout, &dqkv};
+    T_ASSERT(memcmp(first, again, (3 * n + nb) * 4) == 0, "%s attention backward: two runs differ",
+             loom_dtype_name(dt));
+    free(first), free(again), free(b0);
+    buf *all[] = {&qkv, &out, &lse, &o, &l, &dout, &dqkv, &dbias};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
@@ -167,7 +177,7 @@ static void test_blocks(att_case k, bool narrow) {
     // backward of every pair from the CPU's whole out (rounded) and lse
     buf o = b_from(rout, n, dt), l = b_from(rlse, nl, F32), want = b_randn(3 * n, 0, dt); // want: zeros
     loom_tensor hw = HV(want, B, T, 3 * C);
-    cpu->attention_backward(cpu, hw, hw, HV(dout, B, T, C), hq, hq, HV(o, B, T, C), HV(l, B, NH, T), NH,
+    cpu->attention_backward(cpu, hw, hw, (loom_tensor){0}, HV(dout, B, T, C), hq, hq, HV(o, B, T, C), HV(l, B, NH, T), NH,
                             LOOM_ATTN_CAUSAL);
     void *dq[MAXCHUNKS], *dkv[MAXCHUNKS];
     for (int a = 0; a < k.nchunks; a++) {
@@ -180,7 +190,7 @@ static void test_blocks(att_case k, bool narrow) {
         float *la = take_lse(l.d, B * NH, T, ta, na);
         for (int c = 0; c < k.nchunks; c++) {
             int tc = at[c], nc = at[c + 1] - tc;
-            gpu->attention_backward(gpu, LOOM_VIEW(dq[a], dt, B, na, wq), LOOM_VIEW(dkv[c], dt, B, nc, wk),
+            gpu->attention_backward(gpu, LOOM_VIEW(dq[a], dt, B, na, wq), LOOM_VIEW(dkv[c], dt, B, nc, wk), (loom_tensor){0},
                                     LOOM_VIEW(dya, dt, B, na, C), LOOM_VIEW(q[a], dt, B, na, wq),
                                     LOOM_VIEW(kv[c], dt, B, nc, wk), LOOM_VIEW(oa, dt, B, na, C),
                                     LOOM_VIEW(la, F32, B, NH, na), NH, (loom_attn_span){ta, tc, true, true});
@@ -198,7 +208,7 @@ static void test_blocks(att_case k, bool narrow) {
                 memset(fill + ((size_t)r * wk + (size_t)(wk - 2 * C)) * es(), 0x3f, 2 * (size_t)C * es());
             gpu->upload(gpu, zkv, fill, bkv);
             free(fill);
-            gpu->attention_backward(gpu, LOOM_VIEW(zq, dt, B, na, wq), LOOM_VIEW(zkv, dt, B, n1, wk),
+            gpu->attention_backward(gpu, LOOM_VIEW(zq, dt, B, na, wq), LOOM_VIEW(zkv, dt, B, n1, wk), (loom_tensor){0},
                                     LOOM_VIEW(dya, dt, B, na, C), LOOM_VIEW(q[0], dt, B, na, wq),
                                     LOOM_VIEW(kv[1], dt, B, n1, wk), LOOM_VIEW(oa, dt, B, na, C),
                                     LOOM_VIEW(la, F32, B, NH, na), NH, (loom_attn_span){0, at[1], true, false});

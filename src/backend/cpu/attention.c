@@ -150,11 +150,13 @@ static void attn_head_backward(float *P, float *dP, const float *dout, const flo
     }
 }
 
-void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout, loom_tensor q,
-                            loom_tensor kv, loom_tensor out, loom_tensor lse, int NH, loom_attn_span span) {
+void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dbias, loom_tensor dout,
+                            loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
+                            loom_attn_span span) {
     attn_dims d = attn_check(out, lse, q, kv, NH, span);
     LOOM_CHECK(loom_numel(&dq) == loom_numel(&q) && loom_numel(&dkv) == loom_numel(&kv));
     LOOM_CHECK(loom_numel(&dout) == loom_numel(&out));
+    LOOM_CHECK(!dbias.data || (!span.accumulate && loom_numel(&dbias) == 3 * d.C));
     const float *xq = cpu_f32(q), *xkv = cpu_f32(kv), *dy = cpu_f32(dout), *o = cpu_f32(out), *l = cpu_f32(lse);
     float *dxq = cpu_f32(dq), *dxkv = cpu_f32(dkv);
     if (!span.accumulate) { // written: the q columns of dq, the k, v columns of dkv start from 0
@@ -172,6 +174,11 @@ void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, l
             attn_head_backward(P, dP, dy + off, o + off, l + bh * d.Tq, &a);
         }
         free(P);
+    }
+    if (dbias.data) { // the q columns, then the k and v columns: the sums matmul_backward makes of a dqkv
+        float *db = cpu_f32(dbias);
+        cpu_column_sums(db, dxq, d.B * d.Tq, d.C, d.ldq);
+        cpu_column_sums(db + d.C, dxkv + d.ldk - 2 * d.C, d.B * d.Tk, 2 * d.C, d.ldk);
     }
 }
 

@@ -30,6 +30,9 @@ static inline int64_t cpu_row_chunks(int64_t rows) {
 }
 // dst[i] += sum over p in [0, nparts) in order of partials[p * stride + i], for i in [0, n)
 void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t stride, int64_t n);
+// dst (n) += the column sums of x (N rows of n columns, row stride ld), chunked as above (the
+// bias gradients: a column's sum does not depend on the other columns summed with it)
+void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t ld);
 
 void cpu_encoder_forward(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
                          loom_tensor wpe, int vocab_start);
@@ -46,8 +49,9 @@ void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loo
                          loom_tensor dout, loom_tensor inp, loom_tensor w);
 void cpu_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q, loom_tensor kv,
                            int NH, loom_attn_span span);
-void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout, loom_tensor q,
-                            loom_tensor kv, loom_tensor out, loom_tensor lse, int NH, loom_attn_span span);
+void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dbias, loom_tensor dout,
+                            loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
+                            loom_attn_span span);
 void cpu_attention_merge(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor out_part,
                          loom_tensor lse_part, int NH);
 void cpu_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);

@@ -27,23 +27,6 @@ void cpu_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom
                 wp, (int)C, beta, o, (int)OC);
 }
 
-// dbias (OC) += column sums of dout (N,OC)
-static void bias_backward(float *dbias, const float *dout, int64_t N, int64_t OC) {
-    int64_t nchunk = cpu_row_chunks(N);
-    float *part = loom_xcalloc((size_t)(nchunk > 0 ? nchunk : 1) * (size_t)OC, sizeof(float));
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < nchunk; k++) {
-        float *p = part + k * OC;
-        for (int64_t n = k * CPU_ROW_CHUNK; n < cpu_min64(N, (k + 1) * CPU_ROW_CHUNK); n++) {
-            const float *d = dout + n * OC;
-#pragma omp simd
-            for (int64_t o = 0; o < OC; o++) p[o] += d[o];
-        }
-    }
-    cpu_add_partials(dbias, part, nchunk, OC, OC);
-    free(part);
-}
-
 void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                          loom_tensor dout, loom_tensor inp, loom_tensor w) {
     const float *d = cpu_f32(dout), *x = cpu_f32(inp), *wp = cpu_f32(w); // (N,OC), (N,C), (OC,C)
@@ -62,6 +45,6 @@ void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loo
                 x, (int)C, 1.0f, cpu_f32(dw), (int)C); // (OC,C) +=
     if (dbias.data) {
         LOOM_CHECK(loom_numel(&dbias) == OC);
-        bias_backward(cpu_f32(dbias), d, N, OC);
+        cpu_column_sums(cpu_f32(dbias), d, N, OC, OC);
     }
 }

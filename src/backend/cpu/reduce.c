@@ -1,6 +1,6 @@
 // Reductions whose result does not depend on the thread count: the sum of squares (fp64
-// partial sums over fixed chunks, added in chunk order) and the ordered combination of
-// per-chunk column sums used by the parameter-gradient reductions (see cpu_ops.h).
+// partial sums over fixed chunks, added in chunk order), and the column sums of the
+// parameter-gradient reductions with the ordered combination of their per-chunk sums (cpu_ops.h).
 #include "backend/cpu/cpu_ops.h"
 
 #include <stdlib.h>
@@ -15,6 +15,22 @@ void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t
         for (int64_t p = 0; p < nparts; p++) s += partials[p * stride + i];
         dst[i] += s;
     }
+}
+
+void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t ld) {
+    int64_t nchunk = cpu_row_chunks(N);
+    float *part = loom_xcalloc((size_t)(nchunk > 0 ? nchunk : 1) * (size_t)n, sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < nchunk; k++) {
+        float *p = part + k * n;
+        for (int64_t r = k * CPU_ROW_CHUNK; r < cpu_min64(N, (k + 1) * CPU_ROW_CHUNK); r++) {
+            const float *xr = x + r * ld;
+#pragma omp simd
+            for (int64_t c = 0; c < n; c++) p[c] += xr[c];
+        }
+    }
+    cpu_add_partials(dst, part, nchunk, n, n);
+    free(part);
 }
 
 double cpu_sumsq(loom_backend *be, loom_tensor x) {

@@ -7,7 +7,8 @@
 // simple kernels here, one warp per row, as the simple forward: dq walks the keys [0, n) its query
 // row i sees, dkv walks the queries [j - delta, Tq) that see its key row j. Each output element
 // is written by one warp (no atomics), so the result is deterministic. Rows whose lse is -inf
-// (they see no key) add nothing.
+// (they see no key) add nothing. The bias gradient (dbias) is summed from the fp32 values inside
+// the Hopper kernels, else by the column sums (reduce.cu) of what was written.
 #include "backend/cuda/attention.cuh"
 
 #include <math.h>
@@ -132,15 +133,16 @@ __global__ void attention_backward_dkv_simple_kernel(ab_args a) {
     }
 }
 
-extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout,
-                                        loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
-                                        loom_attn_span span) {
+extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dbias,
+                                        loom_tensor dout, loom_tensor q, loom_tensor kv, loom_tensor out,
+                                        loom_tensor lse, int NH, loom_attn_span span) {
     loom_cuda *cu = cuda_of(be);
     attn_dims d = attn_check(be, out, lse, q, kv, NH, span);
     bool bf = be->dtype == LOOM_BF16;
     LOOM_CHECK(cuda_act(be, dq) == bf && cuda_act(be, dkv) == bf && cuda_act(be, dout) == bf);
     LOOM_CHECK(loom_numel(&dq) == loom_numel(&q) && loom_numel(&dkv) == loom_numel(&kv) &&
                loom_numel(&dout) == loom_numel(&out));
+    if (dbias.data) LOOM_CHECK(!span.accumulate && cuda_act(be, dbias) == bf && loom_numel(&dbias) == 3 * d.C);
     int64_t rows = (int64_t)d.B * d.NH * d.Tq;
     const float *l = (const float *)lse.data;
     if (!d.add && d.delta < d.Tk - d.Tq) { // some key row no query sees, which the kernels skip: zero, then add
@@ -155,7 +157,8 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
         attention_backward_wgmma(cu, d, (__nv_bfloat16 *)dq.data, (__nv_bfloat16 *)dkv.data,
                                  (const __nv_bfloat16 *)dout.data, (const __nv_bfloat16 *)q.data,
                                  (const __nv_bfloat16 *)kv.data, (const __nv_bfloat16 *)out.data, l,
-                                 cuda_scratch(cu, attention_backward_wgmma_scratch(d)));
+                                 (__nv_bfloat16 *)dbias.data,
+                                 cuda_scratch(cu, attention_backward_wgmma_scratch(d, dbias.data != NULL)));
         return;
     }
     float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));
@@ -171,4 +174,10 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
     attention_backward_dkv_simple_kernel<<<dim3((unsigned)((d.Tk + AB_WARPS - 1) / AB_WARPS), BNH), 32 * AB_WARPS,
                                            (size_t)AB_WARPS * (4 * d.hs + 64) * sizeof(float), cu->stream>>>(a);
     CUDA_LAUNCH_CHECK();
+    if (dbias.data) { // written (not accumulated): the column sums of dq's q columns, then of dkv's k, v columns
+        size_t es = bf ? 2 : 4;
+        cuda_column_sums(cu, dbias.data, dq.data, (int64_t)d.B * d.Tq, d.C, d.ldq, bf);
+        cuda_column_sums(cu, (char *)dbias.data + (size_t)d.C * es, (char *)dkv.data + (size_t)(d.ldk - 2 * d.C) * es,
+                         (int64_t)d.B * d.Tk, 2 * d.C, d.ldk, bf);
+    }
 }

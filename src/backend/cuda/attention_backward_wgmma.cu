@@ -25,6 +25,9 @@
 //   a key tile starts at its diagonal and walks up, so the tile above it reached each query tile
 //   one step earlier. Items go out in the same order within a head (shortest first), and only to
 //   running blocks, so the turn always comes. dq_out then scales the accumulator into dq.
+// With a bias gradient wanted (dbias), each warp sums the columns of its 16 rows of dK and dV as it
+// stores them, and dq_out those of dQ, in fp32 before the rounding to bf16, into partials (16-row
+// chunks x 3C); add_partials (reduce.cu) then adds the chunks in order into dbias.
 // The mask (key > query + delta) is applied only on tiles crossing a warpgroup's diagonal; tiles
 // wholly masked for a warpgroup are skipped (at HS = 128 only where neither warpgroup sees them).
 // Rows past Tq or Tk arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; keys
@@ -53,21 +56,26 @@ __host__ __device__ __forceinline__ int bw_first_query(const attn_dims &d, int k
     return min(max(k0 - d.delta, 0) / step * step, d.Tq);
 }
 
+// Bias partials: chunks of 16 rows (a warp's rows of a 64-row accumulator) a sequence
+static inline int bw_bias_chunks(attn_dims d) { return (max(d.Tq, d.Tk) + 15) / 16; }
+
 // scratch (bytes from its start): the work counter (16), nl and D (B*NH, Tp) each, 128 floats of
-// zeros, then the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step) and the fp32 dQ
-// accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at)
+// zeros, then the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step), the fp32 dQ
+// accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at) and, with `bias`, the
+// bias partials (B * bw_bias_chunks, 3C) fp32
 struct bw_layout {
-    size_t nl, D, sem, acc, bytes;
+    size_t nl, D, sem, acc, bias, bytes;
 };
-static bw_layout bw_layout_of(attn_dims d) {
+static bw_layout bw_layout_of(attn_dims d, bool bias) {
     size_t bnh = (size_t)d.B * d.NH, step = (size_t)bw_step(d.hs), mq = (d.Tq + step - 1) / step;
     bw_layout l;
     l.nl = 16, l.D = l.nl + bnh * bw_tp(d.Tq) * 4, l.sem = l.D + bnh * bw_tp(d.Tq) * 4 + 128 * 4;
     l.acc = (l.sem + bnh * mq * 4 + 127) / 128 * 128;
-    l.bytes = l.acc + bnh * mq * step * d.hs * 4;
+    l.bias = l.acc + bnh * mq * step * d.hs * 4;
+    l.bytes = l.bias + (bias ? (size_t)d.B * bw_bias_chunks(d) * 3 * d.C * 4 : 0);
     return l;
 }
-size_t attention_backward_wgmma_scratch(attn_dims d) { return bw_layout_of(d).bytes; }
+size_t attention_backward_wgmma_scratch(attn_dims d, bool bias) { return bw_layout_of(d, bias).bytes; }
 
 struct bw_args {
     bf16 *dq, *dkv;
@@ -79,7 +87,8 @@ struct bw_args {
     int *counter; // the dkv kernel's handed-out work items
     int *sem;     // (B*NH, MQ) key tiles that have added into each query tile's dQ
     float *acc;   // the dQ accumulator
-    int Tp, mq;   // Tq rounded up to 4; query tiles of bw_step
+    float *bpart; // the bias partials (B * bch, 3C), or NULL: no bias gradient
+    int Tp, mq, bch; // Tq rounded up to 4; query tiles of bw_step; bw_bias_chunks
     attn_dims d;
     float sl2, scale; // log2(e)/sqrt(HS), 1/sqrt(HS)
 };
@@ -341,6 +350,12 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
         const float sk[2] = {a.scale, a.scale}, sv[2] = {1.0f, 1.0f};
         att_store<HS>(a.dkv + p.k, d.ldk, dk, sk, kw, d.Tk, d.add);
         att_store<HS>(a.dkv + p.k + d.C, d.ldk, dv, sv, kw, d.Tk, d.add);
+        int chunk = kw / 16 + threadIdx.x / 32 % 4; // the warp's 16 keys
+        if (a.bpart && chunk < a.bch) {
+            float *part = a.bpart + ((int64_t)(p.bh / d.NH) * a.bch + chunk) * 3 * d.C + d.C + p.bh % d.NH * HS;
+            att_colsum16<HS>(part, dk, a.scale, kw, d.Tk);
+            att_colsum16<HS>(part + d.C, dv, 1.0f, kw, d.Tk);
+        }
     }
     if (bw_dq_cols(HS) || w == 1) { // tell the writer there is no more
         if (j > 0) mbar_wait(x.empty(), (j - 1) & 1);
@@ -350,7 +365,8 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
 }
 
 // dq (=, or += with d.add) from the dkv kernel's accumulator times 1/sqrt(HS): one thread a float4
-// of it (two rows, two columns); rows of query tiles that no key tile streamed (they see no key) get 0.
+// of it (two rows, two columns; a warp 16 rows x 8 columns); rows of query tiles that no key tile
+// streamed (they see no key) get 0. With bias partials, each warp's column sums of its rows < Tq.
 template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
     constexpr bool COLS = bw_dq_cols(HS);
     constexpr int STEP = bw_step(HS), PER = STEP * HS / 4, N = COLS ? HS / 2 : HS, Q = N / 8; // float4s a query tile; a block's columns, quads
@@ -365,6 +381,13 @@ template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
     int row = m * STEP + (COLS ? 0 : 64 * blk) + 16 * (v % 4) + lane / 4, col = (COLS ? N * blk : 0) + 8 * i + 2 * (lane % 4);
     float4 x = ((const float4 *)a.acc)[f];
     if (m * STEP < bw_first_query(d, 0, STEP)) x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    int chunk = row / 16; // the warp's rows (f's warp is whole: PER and the total are multiples of 32)
+    if (a.bpart && chunk < a.bch) {
+        float sx = att_sum_groups(((row < d.Tq ? x.x : 0.0f) + (row + 8 < d.Tq ? x.z : 0.0f)) * a.scale);
+        float sy = att_sum_groups(((row < d.Tq ? x.y : 0.0f) + (row + 8 < d.Tq ? x.w : 0.0f)) * a.scale);
+        if (lane < 4) *(float2 *)(a.bpart + ((int64_t)(bh / d.NH) * a.bch + chunk) * 3 * d.C + bh % d.NH * HS + col) =
+            make_float2(sx, sy);
+    }
     bf16 *dq = a.dq + (int64_t)(bh / d.NH) * d.Tq * d.ldq + bh % d.NH * HS + col;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -400,16 +423,21 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
 }
 
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, const bf16 *dout, const bf16 *q,
-                              const bf16 *kv, const bf16 *out, const float *lse, void *scratch) {
+                              const bf16 *kv, const bf16 *out, const float *lse, bf16 *dbias, void *scratch) {
     float scale = 1.0f / sqrtf((float)d.hs);
-    bw_layout l = bw_layout_of(d);
+    bw_layout l = bw_layout_of(d, dbias != NULL);
     char *s = (char *)scratch;
-    int Tp = bw_tp(d.Tq), step = bw_step(d.hs);
+    int Tp = bw_tp(d.Tq), step = bw_step(d.hs), nparts = d.B * bw_bias_chunks(d);
+    float *bpart = dbias ? (float *)(s + l.bias) : NULL;
     CUDA_CHECK(cudaMemsetAsync(s + l.sem - 128 * 4, 0, 128 * sizeof(float), cu->stream)); // past D's end
-    bw_args a = {dq, dkv, dout, out, lse, (float *)(s + l.nl), (float *)(s + l.D), (int *)s, (int *)(s + l.sem),
-                 (float *)(s + l.acc), Tp, (d.Tq + step - 1) / step, d, scale * ATT_LOG2E, scale};
+    if (bpart && d.Tq != d.Tk) // the chunks past the shorter side's end are nobody's: zeros
+        CUDA_CHECK(cudaMemsetAsync(bpart, 0, l.bytes - l.bias, cu->stream));
+    bw_args a = {dq,    dkv, dout, out, lse, (float *)(s + l.nl), (float *)(s + l.D), (int *)s, (int *)(s + l.sem),
+                 (float *)(s + l.acc), bpart, Tp, (d.Tq + step - 1) / step, bw_bias_chunks(d), d, scale * ATT_LOG2E,
+                 scale};
     if (d.hs == 64)
         launch_backward<64>(cu, &a, q, kv);
     else
         launch_backward<128>(cu, &a, q, kv);
+    if (bpart) cuda_add_partials(cu, dbias, true, bpart, false, nparts, 3 * d.C, 3 * d.C);
 }

@@ -248,6 +248,30 @@ __device__ __forceinline__ void att_product_sn(float (&d)[N / 2], const unsigned
                                       wg_desc(b + kk * 16 * 128, b_rows * 128), kk > 0);
 }
 
+// The sum of v over the lanes of the warp with the same t = lane % 4 (an accumulator's 8 row
+// groups), by a fixed tree: the same bits every run
+__device__ __forceinline__ float att_sum_groups(float v) {
+#pragma unroll
+    for (int x = 4; x < 32; x *= 2) v += __shfl_xor_sync(0xffffffffu, v, x);
+    return v;
+}
+
+// The column sums of the warp's 16 rows (att_wg_row: those < T) of a 64 x HS accumulator, times
+// `scale`, into dst[0, HS) fp32: a bias gradient's partial sum over 16 rows (the whole warp calls)
+template <int HS>
+__device__ __forceinline__ void att_colsum16(float *dst, const float (&acc)[HS / 2], float scale, int row0, int T) {
+    int rw = att_wg_row(row0), lane = threadIdx.x % 32;
+    float s[HS / 4];
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            s[2 * i + e] = att_sum_groups(((rw < T ? acc[4 * i + e] : 0.0f) + (rw + 8 < T ? acc[4 * i + 2 + e] : 0.0f)) * scale);
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++) // n-tile i by lanes 4 (i % 8) .. + 3
+        if (i % 8 == lane / 4) *(float2 *)(dst + 8 * i + 2 * (lane % 4)) = make_float2(s[2 * i], s[2 * i + 1]);
+}
+
 // Stores the thread's two rows (att_wg_row(row0) and + 8, those < T) of a 64 x HS accumulator,
 // times `scale`, as bf16 into dst (row stride ld), or with `add` added to what dst holds.
 template <int HS>

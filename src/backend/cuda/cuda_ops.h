@@ -154,8 +154,9 @@ void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partia
 // sums, e.g. LayerNorm's dw and db, in one launch)
 void cuda_add_partials2(loom_cuda *cu, void *dst, void *dst_hi, int64_t split, bool dst_bf, const void *partials,
                         bool part_bf, int64_t nparts, int64_t stride, int64_t n);
-// dst (n) += column sums of x (N, n) of dtype bf ? bf16 : fp32, deterministically
-void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf);
+// dst (n) += column sums of x (N rows of n columns, row stride ld elements) of dtype bf ? bf16 : fp32,
+// deterministically
+void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf);
 
 // ---- cuBLASLt products (matmul.cu) ----
 // D (m,n) = op(A) op(B) + beta D, column-major, leading dimensions in elements; A, B and D of
@@ -311,8 +312,9 @@ void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, lo
                           loom_tensor dout, loom_tensor inp, loom_tensor w);
 void cuda_attention_forward(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor q, loom_tensor kv,
                             int NH, loom_attn_span span);
-void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dout, loom_tensor q,
-                             loom_tensor kv, loom_tensor out, loom_tensor lse, int NH, loom_attn_span span);
+void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, loom_tensor dbias, loom_tensor dout,
+                             loom_tensor q, loom_tensor kv, loom_tensor out, loom_tensor lse, int NH,
+                             loom_attn_span span);
 void cuda_attention_merge(loom_backend *be, loom_tensor out, loom_tensor lse, loom_tensor out_part,
                           loom_tensor lse_part, int NH);
 void cuda_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);

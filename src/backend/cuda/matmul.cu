@@ -273,7 +273,8 @@ static void matmul_dw(loom_backend *be, const cuda_gemm *gw, bool done, loom_ten
     if (done) return;
     must_product(cuda_of(be), gw, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
     if (dbias.data)
-        cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), cuda_act(be, dout));
+        cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), loom_cols(&dout),
+                         cuda_act(be, dout));
 }
 
 static void check_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias, loom_tensor dout,

@@ -1,4 +1,4 @@
-// Reductions whose result repeats bit for bit: column sums over the rows of an (N, n) array
+// Reductions whose result repeats bit for bit: column sums over the rows of an (N, n) array (row stride ld)
 // (parameter gradients: dbias, LayerNorm's dw/db) and the sum of squares (gradient norm).
 // No atomics anywhere: every partial sum covers a fixed range and partials are combined in a
 // fixed order, so results depend only on the shapes (not on timing or the GPU's SM count).
@@ -65,7 +65,7 @@ void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partia
 // then the groups' sums are added in group order through shared memory (element k of vector v of
 // group g at [g][k][v], so the lanes of a warp hit distinct banks).
 template <typename T, int W>
-__global__ void column_partials_kernel(float *partials, const T *x, int64_t N, int64_t n, int64_t chunk) {
+__global__ void column_partials_kernel(float *partials, const T *x, int64_t N, int64_t n, int64_t ld, int64_t chunk) {
     __shared__ float sh[COL_GROUPS][W][COL_VECS];
     int v = threadIdx.x % COL_VECS, g = threadIdx.x / COL_VECS;
     int64_t c0 = (int64_t)blockIdx.x * COL_VECS * W, c = c0 + (int64_t)v * W;
@@ -74,7 +74,7 @@ __global__ void column_partials_kernel(float *partials, const T *x, int64_t N, i
     for (int64_t r = r0 + g; c < n && r < r1; r += COL_LOADS * COL_GROUPS) { // COL_LOADS loads in flight
 #pragma unroll
         for (int u = 0; u < COL_LOADS; u++)
-            if (r + u * COL_GROUPS < r1) vload<T, W>(xv[u], x + (r + u * COL_GROUPS) * n + c);
+            if (r + u * COL_GROUPS < r1) vload<T, W>(xv[u], x + (r + u * COL_GROUPS) * ld + c);
 #pragma unroll
         for (int u = 0; u < COL_LOADS; u++)
 #pragma unroll
@@ -92,13 +92,13 @@ __global__ void column_partials_kernel(float *partials, const T *x, int64_t N, i
     }
 }
 
-void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, bool bf) {
+void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf) {
     if (!N || !n) return;
     int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
     float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * n) * sizeof(float));
-    CUDA_DISPATCH(bf, cuda_vec_ok(bf, n, x), {
+    CUDA_DISPATCH(bf, cuda_vec_ok(bf, n, x) && cuda_vec_ok(bf, ld, NULL), {
         dim3 grid((unsigned)((n + COL_VECS * W - 1) / (COL_VECS * W)), (unsigned)nchunks);
-        column_partials_kernel<T, W><<<grid, COL_VECS * COL_GROUPS, 0, cu->stream>>>(part, (const T *)x, N, n, chunk);
+        column_partials_kernel<T, W><<<grid, COL_VECS * COL_GROUPS, 0, cu->stream>>>(part, (const T *)x, N, n, ld, chunk);
         CUDA_LAUNCH_CHECK();
     });
     cuda_add_partials(cu, dst, bf, part, false, nchunks, n, n);
