@@ -70,16 +70,17 @@ __global__ void column_partials_kernel(float *partials, const T *x, int64_t N, i
     int v = threadIdx.x % COL_VECS, g = threadIdx.x / COL_VECS;
     int64_t c0 = (int64_t)blockIdx.x * COL_VECS * W, c = c0 + (int64_t)v * W;
     int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < N ? r0 + chunk : N;
-    float s[W] = {}, xv[COL_LOADS][W];
+    float s[W] = {};
+    T xv[COL_LOADS][W]; // as stored: fewer registers, more blocks an SM
     for (int64_t r = r0 + g; c < n && r < r1; r += COL_LOADS * COL_GROUPS) { // COL_LOADS loads in flight
 #pragma unroll
         for (int u = 0; u < COL_LOADS; u++)
-            if (r + u * COL_GROUPS < r1) vload<T, W>(xv[u], x + (r + u * COL_GROUPS) * ld + c);
+            if (r + u * COL_GROUPS < r1) vload_raw<T, W>(xv[u], x + (r + u * COL_GROUPS) * ld + c);
 #pragma unroll
         for (int u = 0; u < COL_LOADS; u++)
 #pragma unroll
             for (int k = 0; k < W; k++)
-                if (r + u * COL_GROUPS < r1) s[k] += xv[u][k]; // the rows in order
+                if (r + u * COL_GROUPS < r1) s[k] += to_f32(xv[u][k]); // the rows in order
     }
 #pragma unroll
     for (int k = 0; k < W; k++) sh[g][k][v] = s[k];

@@ -33,6 +33,19 @@ template <typename T, int W> __device__ __forceinline__ void vload(float (&x)[W]
     }
 }
 
+// x[0..W) = p[0..W) as stored (to_f32 converts each when it is used: a bf16 load in flight then
+// holds half the registers); alignment as vload
+template <typename T, int W> __device__ __forceinline__ void vload_raw(T (&x)[W], const T *p) {
+    if constexpr (W * sizeof(T) % 16 == 0) {
+#pragma unroll
+        for (int q = 0; q < W * (int)sizeof(T) / 16; q++)
+            reinterpret_cast<uint4 *>(x)[q] = reinterpret_cast<const uint4 *>(p)[q];
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) x[k] = p[k];
+    }
+}
+
 // p[0..W) = x[0..W) rounded to T (nearest even for bf16); alignment as vload
 template <typename T, int W> __device__ __forceinline__ void vstore(T *p, const float (&x)[W]) {
     if constexpr (W * sizeof(T) % 16 == 0) {
