@@ -432,7 +432,7 @@ void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, c
     CUDA_CHECK(cudaMemsetAsync(s + l.sem - 128 * 4, 0, 128 * sizeof(float), cu->stream)); // past D's end
     if (bpart && d.Tq != d.Tk) // the chunks past the shorter side's end are nobody's: zeros
         CUDA_CHECK(cudaMemsetAsync(bpart, 0, l.bytes - l.bias, cu->stream));
-    bw_args a = {dq,    dkv, dout, out, lse, (float *)(s + l.nl), (float *)(s + l.D), (int *)s, (int *)(s + l.sem),
+    bw_args a = {dq, dkv, dout, out, lse, (float *)(s + l.nl), (float *)(s + l.D), (int *)s, (int *)(s + l.sem),
                  (float *)(s + l.acc), bpart, Tp, (d.Tq + step - 1) / step, bw_bias_chunks(d), d, scale * ATT_LOG2E,
                  scale};
     if (d.hs == 64)
