@@ -251,10 +251,10 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     keep(m, d.attproj, v->dfull);
     be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
                         v->dfull, atty, linear_weight(m, l, B_ATTPROJW));
-    bool summed = attention_backward(m, d.qkv, all ? gpt2_grad(m, l, B_QKVB) : none, datty, layer(&a->qkv, i), atty,
-                                     layer(&a->att_lse, i));
-    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none,
-                        all && !summed ? gpt2_grad(m, l, B_QKVB) : none, d.qkv, layer(&a->ln1, i),
+    loom_tensor dqkvb = all ? gpt2_grad(m, l, B_QKVB) : none;
+    if (attention_backward(m, d.qkv, dqkvb, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i)))
+        dqkvb = none; // summed there
+    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, dqkvb, d.qkv, layer(&a->ln1, i),
                         linear_weight(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,

@@ -96,6 +96,14 @@ void ref_matmul_forward(float *out, const float *inp, const float *w, const floa
         }
 }
 
+void ref_column_sums(float *dst, const float *x, int N, int n) {
+    for (int c = 0; c < n; c++) {
+        double s = dst[c];
+        for (int r = 0; r < N; r++) s += x[(int64_t)r * n + c];
+        dst[c] = (float)s;
+    }
+}
+
 void ref_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                          const float *w, int N, int C, int OC) {
     for (int n = 0; n < N; n++)
@@ -110,12 +118,8 @@ void ref_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout
             for (int n = 0; n < N; n++) s += (double)dout[n * OC + o] * inp[n * C + c];
             dw[o * C + c] = (float)s;
         }
-        if (dbias) {
-            double s = dbias[o];
-            for (int n = 0; n < N; n++) s += dout[n * OC + o];
-            dbias[o] = (float)s;
-        }
     }
+    if (dbias) ref_column_sums(dbias, dout, N, OC);
 }
 
 // P (T,T) = causal softmax of q k^T / sqrt(hs) for head (b,h); returns lse per row in lse (T)

@@ -15,6 +15,8 @@ void ref_layernorm_forward(float *out, float *mean, float *rstd, const float *in
                            const float *b, int N, int C);
 void ref_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                             const float *w, int N, int C);
+// dst (n) += the column sums of x (N,n): a bias gradient
+void ref_column_sums(float *dst, const float *x, int N, int n);
 // out (N,OC) = inp (N,C) w^T + bias (bias may be NULL);  dinp =, dw +=, dbias += (may be NULL)
 void ref_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                         int C, int OC);

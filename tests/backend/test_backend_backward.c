@@ -133,11 +133,7 @@ static void test_attention(t_shape s) {
     t_be->attention_backward(t_be, dxv, dxv, LOOM_VIEW(db, F32, NC), dyv, xv, xv, ov, lv, s.NH, LOOM_ATTN_CAUSAL);
     ref_attention_backward(ref, dout, qkv, s.B, s.T, s.C, s.NH);
     check("attention dqkv", dqkv, ref, (size_t)(3 * n), s);
-    for (int c = 0; c < NC; c++) {
-        double sum = rdb[c];
-        for (int r = 0; r < s.B * s.T; r++) sum += ref[(size_t)r * NC + c];
-        rdb[c] = (float)sum;
-    }
+    ref_column_sums(rdb, ref, s.B * s.T, NC);
     check("attention dbias", db, rdb, (size_t)NC, s);
     memcpy(ref, dqkv, sizeof(float) * (size_t)(3 * n)); // written over NaNs above; added to with accumulate
     t_be->attention_backward(t_be, dxv, dxv, (loom_tensor){0}, dyv, xv, xv, ov, lv, s.NH,
