@@ -52,7 +52,7 @@ static void layernorm_fwd(void) {
                           f(x, N, C), LOOM_VIEW(w, F32, C), LOOM_VIEW(bias, F32, C));
 }
 static void layernorm_bwd(void) {
-    be->layernorm_backward(be, f(z, N, C), LOOM_VIEW(dw, F32, C), LOOM_VIEW(dbias, F32, C),
+    be->layernorm_backward(be, f(z, N, C), LOOM_VIEW(dw, F32, C), LOOM_VIEW(dbias, F32, C), (loom_tensor){0},
                            f(y, N, C), f(x, N, C), LOOM_VIEW(w, F32, C), LOOM_VIEW(mean, F32, N),
                            LOOM_VIEW(rstd, F32, N));
 }

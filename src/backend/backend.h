@@ -205,8 +205,11 @@ struct loom_backend {
     //   out (N,C) = (inp - mean) * rstd * w + b;  mean (N) fp32, rstd (N) fp32 saved for backward
     void (*layernorm_forward)(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
                               loom_tensor inp, loom_tensor w, loom_tensor b);
-    // dinp (N,C) +=, dw (C) +=, db (C) +=
-    void (*layernorm_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
+    // dinp (N,C) +=, dw (C) +=, db (C) +=; dsum (C), when its data is not NULL: += the column
+    // sums of dinp after the add, as stored (the bias gradient of a layer whose output is added
+    // to this LayerNorm's input, such as a residual branch's projection: summed where the
+    // gradient is made, as matmul_backward's dbias from the same values)
+    void (*layernorm_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db, loom_tensor dsum,
                                loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
                                loom_tensor rstd);
 

@@ -243,21 +243,24 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
                      layer(&a->ln2, i), fcw, layer(&a->fch, i), layer(&a->fch_gelu, i),
                      m->recompute != LOOM_RECOMPUTE_GELU, projw);
     tp_reduce(m, v->dlocal, v->dbtc);
-    be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN2W), gpt2_grad(m, l, B_LN2B), v->dlocal,
-                           layer(&a->residual2, i), gpt2_param(m, l, B_LN2W), layer(&a->ln2_mean, i),
+    // dres becomes d(loss)/d(residual2), the attproj layer's output gradient: where it has all the
+    // rows, the LayerNorm backward sums its columns into the attproj bias gradient as it writes it
+    bool all_rows = v->dres.data == v->dfull.data && loom_rows(&v->dres) == loom_rows(&v->dfull);
+    loom_tensor dprojb = all ? gpt2_grad(m, l, B_ATTPROJB) : none;
+    be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN2W), gpt2_grad(m, l, B_LN2B), all_rows ? dprojb : none,
+                           v->dlocal, layer(&a->residual2, i), gpt2_param(m, l, B_LN2W), layer(&a->ln2_mean, i),
                            layer(&a->ln2_rstd, i));
-    // dres = d(loss)/d(residual2)
     tp_gather(m, v->dfull, v->dres);
     keep(m, d.attproj, v->dfull);
-    be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all ? gpt2_grad(m, l, B_ATTPROJB) : none,
-                        v->dfull, atty, linear_weight(m, l, B_ATTPROJW));
+    be->matmul_backward(be, datty, all ? gpt2_grad(m, l, B_ATTPROJW) : none, all_rows ? none : dprojb, v->dfull,
+                        atty, linear_weight(m, l, B_ATTPROJW));
     loom_tensor dqkvb = all ? gpt2_grad(m, l, B_QKVB) : none;
     if (attention_backward(m, d.qkv, dqkvb, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i)))
         dqkvb = none; // summed there
     be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, dqkvb, d.qkv, layer(&a->ln1, i),
                         linear_weight(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
-    be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), v->dlocal, x,
+    be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), none, v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));
     no_site(m);
 }
@@ -381,7 +384,7 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, L);
         gpt2_offload_before_backward(m, &v, v.nblocks); // the last block's output resident
         be->zero(be, v.dres.data, loom_nbytes(&v.dres));
-        be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], v.a.dlnf, block_input(&v, last),
+        be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], no_tensor(), v.a.dlnf, block_input(&v, last),
                                m->p[m->lnfw], v.a.lnf_mean, v.a.lnf_rstd);
         loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, L);
     } else {

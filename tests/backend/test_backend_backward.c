@@ -54,31 +54,36 @@ static void test_layernorm(t_shape s) {
     float *b = t_randn((size_t)C, 1), *out = t_nans((size_t)(N * C)), *mean = t_nans((size_t)N),
           *rstd = t_nans((size_t)N);
     float *dx = t_randn((size_t)(N * C), 1), *dw = t_randn((size_t)C, 1),
-          *db = t_randn((size_t)C, 1);
+          *db = t_randn((size_t)C, 1), *ds = t_randn((size_t)C, 1);
     float *rdx = t_dup(dx, (size_t)(N * C)), *rdw = t_dup(dw, (size_t)C),
-          *rdb = t_dup(db, (size_t)C);
+          *rdb = t_dup(db, (size_t)C), *rds = t_dup(ds, (size_t)C);
     loom_tensor xv = LOOM_VIEW(x, F32, N, C), wv = LOOM_VIEW(w, F32, C),
                 mv = LOOM_VIEW(mean, F32, N);
     loom_tensor rv = LOOM_VIEW(rstd, F32, N), dyv = LOOM_VIEW(dout, F32, N, C);
     loom_tensor dxv = LOOM_VIEW(dx, F32, N, C), dwv = LOOM_VIEW(dw, F32, C),
                 dbv = LOOM_VIEW(db, F32, C);
+    loom_tensor none = {0}, dsv = LOOM_VIEW(ds, F32, C);
     t_be->layernorm_forward(t_be, LOOM_VIEW(out, F32, N, C), mv, rv, xv, wv, LOOM_VIEW(b, F32, C));
-    t_be->layernorm_backward(t_be, dxv, dwv, dbv, dyv, xv, wv, mv, rv);
+    // with dsum: += the column sums of dinp after the add
+    t_be->layernorm_backward(t_be, dxv, dwv, dbv, dsv, dyv, xv, wv, mv, rv);
     ref_layernorm_backward(rdx, rdw, rdb, dout, x, w, N, C);
+    ref_column_sums(rds, rdx, N, C);
     check("layernorm dinp", dx, rdx, (size_t)(N * C), s);
     check("layernorm dw", dw, rdw, (size_t)C, s);
     check("layernorm db", db, rdb, (size_t)C, s);
+    check("layernorm dsum", ds, rds, (size_t)C, s);
     memset(dx, 0, sizeof(float) * (size_t)(N * C)), memset(dw, 0, sizeof(float) * C),
         memset(db, 0, sizeof(float) * C);
-    t_be->layernorm_backward(t_be, dxv, dwv, dbv, dyv, xv, wv, mv, rv);
+    t_be->layernorm_backward(t_be, dxv, dwv, dbv, none, dyv, xv, wv, mv, rv);
     memcpy(rdx, dx, sizeof(float) * (size_t)(N * C)), memcpy(rdw, dw, sizeof(float) * C),
-        memcpy(rdb, db, sizeof(float) * C);
-    t_be->layernorm_backward(t_be, dxv, dwv, dbv, dyv, xv, wv, mv, rv);
+        memcpy(rdb, db, sizeof(float) * C), memcpy(rds, ds, sizeof(float) * C);
+    t_be->layernorm_backward(t_be, dxv, dwv, dbv, none, dyv, xv, wv, mv, rv);
     check_twice("layernorm dinp", dx, rdx, (size_t)(N * C), 2);
     check_twice("layernorm dw", dw, rdw, (size_t)C, 2);
     check_twice("layernorm db", db, rdb, (size_t)C, 2);
+    T_ASSERT(memcmp(ds, rds, sizeof(float) * C) == 0, "layernorm dsum changed with dsum.data NULL");
     free(x), free(w), free(dout), free(b), free(out), free(mean), free(rstd);
-    free(dx), free(dw), free(db), free(rdx), free(rdw), free(rdb);
+    free(dx), free(dw), free(db), free(ds), free(rdx), free(rdw), free(rdb), free(rds);
 }
 
 static void test_matmul(t_shape s) {

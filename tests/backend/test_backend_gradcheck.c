@@ -88,7 +88,7 @@ static void test_layernorm(int N, int C) {
                 R};
     ln_loss(&c);
     t_be->layernorm_backward(t_be, LOOM_VIEW(dx, F32, N, C), LOOM_VIEW(dw, F32, C),
-                             LOOM_VIEW(db, F32, C), LOOM_VIEW(R, F32, N, C), c.inp, c.w, c.mean,
+                             LOOM_VIEW(db, F32, C), (loom_tensor){0}, LOOM_VIEW(R, F32, N, C), c.inp, c.w, c.mean,
                              c.rstd);
     gradcheck("layernorm inp", ln_loss, &c, x, dx, (size_t)(N * C));
     gradcheck("layernorm w", ln_loss, &c, w, dw, (size_t)C);

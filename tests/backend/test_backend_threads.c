@@ -46,7 +46,7 @@ static void run_layernorm(void *p) {
     th_bufs *b = p;
     memset(b->dx, 0, sizeof(float) * N * C), memset(b->dw, 0, sizeof(float) * 2 * C);
     t_be->layernorm_backward(t_be, LOOM_VIEW(b->dx, F32, N, C), LOOM_VIEW(b->dw, F32, C),
-                             LOOM_VIEW(b->dw + C, F32, C), LOOM_VIEW(b->dy, F32, N, C),
+                             LOOM_VIEW(b->dw + C, F32, C), (loom_tensor){0}, LOOM_VIEW(b->dy, F32, N, C),
                              LOOM_VIEW(b->x, F32, N, C), LOOM_VIEW(b->w, F32, C),
                              LOOM_VIEW(b->mean, F32, N), LOOM_VIEW(b->rstd, F32, N));
 }

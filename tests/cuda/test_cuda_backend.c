@@ -84,25 +84,30 @@ static void test_layernorm(shape s) {
     check("layernorm out", out, s);
     check("layernorm mean", mean, s);
     check("layernorm rstd", rstd, s);
-    // backward from the CPU's statistics, twice on the GPU: the second run must repeat bit for bit
+    // backward from the CPU's statistics, twice on the GPU: the second run must repeat bit for bit;
+    // with dinp's column sums (dsum) the first time only
     buf mu = b_from(mean.h, (size_t)N, F32), rs = b_from(rstd.h, (size_t)N, F32);
     buf dout = b_randn((size_t)N * C, 1, dt), dx = b_randn((size_t)N * C, 1, dt);
-    buf dw = b_randn((size_t)C, 1, dt), db = b_randn((size_t)C, 1, dt);
+    buf dw = b_randn((size_t)C, 1, dt), db = b_randn((size_t)C, 1, dt), ds = b_randn((size_t)C, 1, dt);
     buf dx2 = b_from(dx.h, dx.n, dt), dw2 = b_from(dw.h, dw.n, dt), db2 = b_from(db.h, db.n, dt);
-    cpu->layernorm_backward(cpu, HV(dx, N, C), HV(dw, C), HV(db, C), HV(dout, N, C), HV(x, N, C),
+    cpu->layernorm_backward(cpu, HV(dx, N, C), HV(dw, C), HV(db, C), HV(ds, C), HV(dout, N, C), HV(x, N, C),
                             HV(w, C), HV(mu, N), HV(rs, N));
+    loom_tensor none = {0};
     for (int rep = 0; rep < 2; rep++)
         gpu->layernorm_backward(gpu, rep ? DV(dx2, N, C) : DV(dx, N, C), rep ? DV(dw2, C) : DV(dw, C),
-                                rep ? DV(db2, C) : DV(db, C), DV(dout, N, C), DV(x, N, C), DV(w, C),
-                                DV(mu, N), DV(rs, N));
+                                rep ? DV(db2, C) : DV(db, C), rep ? none : DV(ds, C), DV(dout, N, C), DV(x, N, C),
+                                DV(w, C), DV(mu, N), DV(rs, N));
     check("layernorm dinp +=", dx, s);
     check("layernorm dw +=", dw, s);
     check("layernorm db +=", db, s);
+    check("layernorm dsum +=", ds, s);
     float *r1 = loom_xmalloc((size_t)C * 8), *r2 = r1 + C;
     download_as(r1, dw.d, (size_t)C, dt), download_as(r2, dw2.d, (size_t)C, dt);
     T_ASSERT(memcmp(r1, r2, (size_t)C * 4) == 0, "layernorm dw differs between two runs");
+    download_as(r1, dx.d, (size_t)C, dt), download_as(r2, dx2.d, (size_t)C, dt);
+    T_ASSERT(memcmp(r1, r2, (size_t)C * 4) == 0, "layernorm dinp differs with dsum");
     free(h), free(r1);
-    buf *all[] = {&x, &w, &b, &out, &mean, &rstd, &mu, &rs, &dout, &dx, &dw, &db, &dx2, &dw2, &db2};
+    buf *all[] = {&x, &w, &b, &out, &mean, &rstd, &mu, &rs, &dout, &dx, &dw, &db, &ds, &dx2, &dw2, &db2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
@@ -483,6 +488,8 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_sumsq(s);
         test_step_scalars(s);
     }
+    // the LayerNorm backward at each count of vectors a lane holds (1-6 bf16, 1-6 fp32) and past it
+    for (int C = 264; C <= 2056; C += 256) test_layernorm((shape){2, 37, C, 1});
     loom_backend_destroy(gpu);
     gpu = NULL;
 }

@@ -40,7 +40,7 @@ void cpu_encoder_backward(loom_backend *be, loom_tensor dwte, loom_tensor dwpe, 
                           loom_tensor tokens, int vocab_start);
 void cpu_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
                            loom_tensor inp, loom_tensor w, loom_tensor b);
-void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
+void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db, loom_tensor dsum,
                             loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
                             loom_tensor rstd);
 void cpu_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,

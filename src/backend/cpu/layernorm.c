@@ -1,6 +1,8 @@
 // LayerNorm over the last dim (Ba et al. 2016), eps 1e-5 as GPT-2. The backward is llm.c's
 // layernorm_backward (train_gpt2.c): with n = (x - mean) * rstd and g = w * dout,
-//   dinp += (g - mean(g) - n * mean(g * n)) * rstd;  dw += n * dout;  db += dout.
+//   dinp += (g - mean(g) - n * mean(g * n)) * rstd;  dw += n * dout;  db += dout;
+// dsum += the column sums of dinp afterwards, by the matmul's own column sums (the same bits as
+// the bias gradient it would sum from the same values).
 // Rows are independent; the dw/db sums over rows go through per-chunk partials (cpu_ops.h)
 // so they repeat bit for bit under any thread count.
 #include "backend/cpu/cpu_ops.h"
@@ -56,7 +58,7 @@ static void layernorm_backward_row(float *restrict dx, float *restrict pdw, floa
     }
 }
 
-void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
+void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db, loom_tensor dsum,
                             loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
                             loom_tensor rstd) {
     float *dx = cpu_f32(dinp), *dwp = cpu_f32(dw), *dbp = cpu_f32(db); // (N,C) +=, (C) +=, (C) +=
@@ -66,6 +68,7 @@ void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, 
     LOOM_CHECK(loom_rows(&dinp) == N && loom_cols(&dinp) == C && loom_rows(&dout) == N &&
                loom_cols(&dout) == C && loom_numel(&w) == C && loom_numel(&dw) == C &&
                loom_numel(&db) == C && loom_numel(&mean) == N && loom_numel(&rstd) == N);
+    LOOM_CHECK(!dsum.data || loom_numel(&dsum) == C);
     int64_t nchunk = cpu_row_chunks(N);
     float *part = loom_xcalloc((size_t)(nchunk > 0 ? nchunk : 1) * 2 * (size_t)C, sizeof(float));
 #pragma omp parallel for schedule(static)
@@ -78,4 +81,5 @@ void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, 
     cpu_add_partials(dwp, part, nchunk, 2 * C, C);
     cpu_add_partials(dbp, part + C, nchunk, 2 * C, C);
     free(part);
+    if (dsum.data) cpu_column_sums(cpu_f32(dsum), dx, N, C, C); // matmul_backward's bias sum
 }

@@ -150,10 +150,10 @@ int64_t cuda_row_chunk(int64_t N);
 // dst[i] += sum over p of partials[p * stride + i] in a fixed order; bf16 where the flags say, else fp32
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n);
-// The same over n columns of which those from `split` on go to dst_hi[i - split] (two parameters'
-// sums, e.g. LayerNorm's dw and db, in one launch)
-void cuda_add_partials2(loom_cuda *cu, void *dst, void *dst_hi, int64_t split, bool dst_bf, const void *partials,
-                        bool part_bf, int64_t nparts, int64_t stride, int64_t n);
+// The same over ndst * n columns, column i going to dst[i / n][i % n] (up to three sums of n
+// values, e.g. LayerNorm's dw and db, in one launch)
+void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const void *partials, bool part_bf,
+                         int64_t nparts, int64_t stride, int64_t n);
 // dst (n) += column sums of x (N rows of n columns, row stride ld elements) of dtype bf ? bf16 : fp32,
 // deterministically
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf);
@@ -303,7 +303,7 @@ void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_tensor dwpe,
                            loom_tensor tokens, int vocab_start);
 void cuda_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean, loom_tensor rstd,
                             loom_tensor inp, loom_tensor w, loom_tensor b);
-void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db,
+void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db, loom_tensor dsum,
                              loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
                              loom_tensor rstd);
 void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,

@@ -16,6 +16,7 @@
 #define COL_LOADS 4   // rows a column_partials thread loads before it adds them (in order)
 #define AP_COLS 8     // columns per add_partials block (8 fp32: one 32-byte sector a row)
 #define AP_GROUPS 32  // groups of partials per column, summed in parallel then in order
+#define AP_DSTS 3     // destinations of one add_partials launch at most
 #define SUMSQ_CHUNK (1 << 16) // elements per block of the first sumsq pass
 #define SUMSQ_THREADS 256
 
@@ -27,35 +28,42 @@ int64_t cuda_row_chunk(int64_t N) {
 
 // A block adds AP_COLS columns: thread (column x, group g) sums partials g, g + AP_GROUPS, ...
 // in order, then the groups' sums are added in group order. Fixed for given nparts. Column i
-// goes to dst[i] below `split`, else to dst_hi[i - split].
-__global__ void add_partials_kernel(void *dst, void *dst_hi, int64_t split, bool bf, const void *partials,
-                                    bool part_bf, int64_t nparts, int64_t stride, int64_t n) {
+// of the ndst * n goes to dst.p[i / n][i % n].
+typedef struct {
+    void *p[AP_DSTS];
+} ap_dsts;
+__global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const void *partials, bool part_bf,
+                                    int64_t nparts, int64_t stride, int64_t n) {
     __shared__ float sh[AP_GROUPS][AP_COLS];
     int x = threadIdx.x % AP_COLS, g = threadIdx.x / AP_COLS;
     int64_t i = (int64_t)blockIdx.x * AP_COLS + x;
     float s = 0.0f;
-    if (i < n)
+    if (i < ndst * n)
         for (int64_t p = g; p < nparts; p += AP_GROUPS) s += ldx(partials, p * stride + i, part_bf);
     sh[g][x] = s;
     __syncthreads();
-    if (g > 0 || i >= n) return;
+    if (g > 0 || i >= ndst * n) return;
     float total = 0.0f;
     for (int k = 0; k < AP_GROUPS; k++) total += sh[k][x];
-    if (i >= split) dst = dst_hi, i -= split;
-    stx(dst, i, ldx(dst, i, bf) + total, bf);
+    void *d = dst.p[i / n];
+    i %= n;
+    stx(d, i, ldx(d, i, bf) + total, bf);
 }
 
-void cuda_add_partials2(loom_cuda *cu, void *dst, void *dst_hi, int64_t split, bool dst_bf, const void *partials,
-                        bool part_bf, int64_t nparts, int64_t stride, int64_t n) {
+void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const void *partials, bool part_bf,
+                         int64_t nparts, int64_t stride, int64_t n) {
+    LOOM_CHECK(ndst >= 1 && ndst <= AP_DSTS);
     if (!n) return;
-    add_partials_kernel<<<(unsigned)((n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0, cu->stream>>>(
-        dst, dst_hi, split, dst_bf, partials, part_bf, nparts, stride, n);
+    ap_dsts d = {};
+    for (int k = 0; k < ndst; k++) d.p[k] = dst[k];
+    add_partials_kernel<<<(unsigned)((ndst * n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0, cu->stream>>>(
+        d, ndst, dst_bf, partials, part_bf, nparts, stride, n);
     CUDA_LAUNCH_CHECK();
 }
 
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n) {
-    cuda_add_partials2(cu, dst, NULL, n, dst_bf, partials, part_bf, nparts, stride, n);
+    cuda_add_partials_n(cu, &dst, 1, dst_bf, partials, part_bf, nparts, stride, n);
 }
 
 // partials[chunk, c] = sum of x[r, c] over the chunk's rows. grid (ceil(n / (COL_VECS W)),
