@@ -11,7 +11,8 @@
 //       future give exactly 0 and -inf, and add exactly nothing in backward; every pair's
 //       backward from the CPU's whole out and lse, dq and dk/dv accumulated on the GPU per chunk
 //       over the pairs, must equal the CPU's whole-sequence dqkv;
-//   merge: GPU against CPU on random partials, with rows of -inf lse on one side and on both.
+//   merge: GPU against CPU on random partials, with rows of -inf lse on one side and on both;
+//   a written pair of unequal lengths (Tq != Tk) with the qkv bias gradient: dq, dkv, dbias.
 // Shapes take the simple kernels (fp32, head sizes 16, 8, 64 with 25 heads) and the Hopper
 // ones (bf16 at head size 64 and 128), T up to 2048; each whole-sequence backward runs twice
 // more, which must give the same bits. Exit 77 (ctest: skipped) without a CUDA device;
@@ -237,6 +238,28 @@ static void test_blocks(att_case k, bool narrow) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
+// One written pair of Tq queries and Tk keys (Tq != Tk) with the bias gradient: q (B,Tq,C) at
+// position q_pos against kv (B,Tk,2C) at 0, partly under the causal mask; out and lse are the
+// pair's own (the CPU's forward). dq, dkv and dbias (3C, += from random values) against the CPU.
+static void test_pair_dbias(shape s, int Tq, int Tk, int q_pos) {
+    int B = s.B, C = s.C, NH = s.NH;
+    size_t nq = (size_t)B * Tq * C, nk = (size_t)B * Tk * 2 * C, nl = (size_t)B * NH * Tq, nb = 3 * (size_t)C;
+    loom_attn_span span = {q_pos, 0, true, false};
+    buf q = b_randn(nq, 1.5f, dt), kv = b_randn(nk, 1.5f, dt), out = b_nans(nq, dt), lse = b_nans(nl, F32);
+    cpu->attention_forward(cpu, HV(out, B, Tq, C), HV(lse, B, NH, Tq), HV(q, B, Tq, C), HV(kv, B, Tk, 2 * C), NH, span);
+    buf o = b_from(out.h, nq, dt), l = b_from(lse.h, nl, F32), dout = b_randn(nq, 1, dt);
+    buf dq = b_randn(nq, 1, dt), dkv = b_randn(nk, 1, dt), dbias = b_randn(nb, 1, dt);
+    cpu->attention_backward(cpu, HV(dq, B, Tq, C), HV(dkv, B, Tk, 2 * C), HV(dbias, nb), HV(dout, B, Tq, C),
+                            HV(q, B, Tq, C), HV(kv, B, Tk, 2 * C), HV(o, B, Tq, C), HV(l, B, NH, Tq), NH, span);
+    gpu->attention_backward(gpu, DV(dq, B, Tq, C), DV(dkv, B, Tk, 2 * C), DV(dbias, nb), DV(dout, B, Tq, C),
+                            DV(q, B, Tq, C), DV(kv, B, Tk, 2 * C), DV(o, B, Tq, C), DV(l, B, NH, Tq), NH, span);
+    check("pair dq (Tq != Tk)", dq, s);
+    check("pair dkv (Tq != Tk)", dkv, s);
+    check("pair dbias (Tq != Tk)", dbias, s);
+    buf *all[] = {&q, &kv, &out, &lse, &o, &l, &dout, &dq, &dkv, &dbias};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
 static void test_merge(shape s) {
     size_t n = (size_t)s.B * s.T * s.C, nl = (size_t)s.B * s.NH * s.T;
     float *l1 = loom_xmalloc(nl * 4), *l2 = loom_xmalloc(nl * 4), *got = loom_xmalloc(nl * 4);
@@ -268,6 +291,14 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_blocks(k, false);
         test_blocks(k, true);
         test_merge(k.s);
+    }
+    // written pairs of unequal lengths with the bias gradient: the simple kernels (hs 16 in fp32)
+    // and the Hopper ones (bf16, hs 64 and 128), more queries than keys and fewer
+    for (int hs = 16; hs <= 128; hs *= 2) {
+        if (hs == 32) continue;
+        shape s = {2, 0, 2 * hs, 2};
+        test_pair_dbias(s, 200, 333, 100);
+        test_pair_dbias(s, 333, 200, 50);
     }
     loom_backend_destroy(gpu);
     gpu = NULL;

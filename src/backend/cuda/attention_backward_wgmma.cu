@@ -33,6 +33,7 @@
 // Rows past Tq or Tk arrive as zeros; queries past Tq and rows whose lse is -inf get P = 0; keys
 // past Tk, zero rows of K, add nothing to dQ; rows past the ends are not stored.
 #include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/vec.cuh"
 
 #include <limits.h>
 
@@ -364,38 +365,55 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
     }
 }
 
-// dq (=, or += with d.add) from the dkv kernel's accumulator times 1/sqrt(HS): one thread a float4
-// of it (two rows, two columns; a warp 16 rows x 8 columns); rows of query tiles that no key tile
-// streamed (they see no key) get 0. With bias partials, each warp's column sums of its rows < Tq.
+// dq (=, or += with d.add) from the dkv kernel's accumulator times 1/sqrt(HS): one thread the four
+// float4 that lanes 4k .. 4k + 3 of a register quad left, two rows (k and k + 8 of a warp's 16) x 8
+// columns, stored 16 bytes a row (a warp: 8 rows x 32 columns twice, 64 contiguous bytes a row);
+// rows of query tiles that no key tile streamed (they see no key) get 0. With bias partials, the
+// column sums of each 16 rows < Tq, over the 8 threads that hold them.
 template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
     constexpr bool COLS = bw_dq_cols(HS);
-    constexpr int STEP = bw_step(HS), PER = STEP * HS / 4, N = COLS ? HS / 2 : HS, Q = N / 8; // float4s a query tile; a block's columns, quads
+    constexpr int STEP = bw_step(HS), PER = STEP * HS / 16, N = COLS ? HS / 2 : HS, Q = N / 8; // threads a query tile; a block's columns, quads
     const attn_dims &d = a.d;
-    int64_t f = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (f >= (int64_t)d.B * d.NH * a.mq * PER) return;
-    int64_t tile = f / PER;
-    int o = (int)(f % PER), bh = (int)(tile / a.mq), m = (int)(tile % a.mq);
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (int64_t)d.B * d.NH * a.mq * PER) return;
+    int64_t tile = g / PER;
+    int o = (int)(g % PER), bh = (int)(tile / a.mq), m = (int)(tile % a.mq);
     // register quad i of warp v % 4 of block v / 4: 64 rows x N columns, blocks down the rows (by
-    // keys) or across the columns (by columns)
-    int lane = o % 32, i = o / 32 % Q, v = o / (32 * Q), blk = v / 4;
-    int row = m * STEP + (COLS ? 0 : 64 * blk) + 16 * (v % 4) + lane / 4, col = (COLS ? N * blk : 0) + 8 * i + 2 * (lane % 4);
-    float4 x = ((const float4 *)a.acc)[f];
-    if (m * STEP < bw_first_query(d, 0, STEP)) x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    int chunk = row / 16; // the warp's rows (f's warp is whole: PER and the total are multiples of 32)
+    // keys) or across the columns (by columns); k: lanes 4k .. 4k + 3 of the quad
+    int k = o % 8, i = o / 8 % Q, v = o / (8 * Q), blk = v / 4;
+    int row = m * STEP + (COLS ? 0 : 64 * blk) + 16 * (v % 4) + k, col = (COLS ? N * blk : 0) + 8 * i;
+    float y[2][8]; // rows row and row + 8, columns col .. col + 7, times the scale
+    bool seen = m * STEP >= bw_first_query(d, 0, STEP);
+#pragma unroll
+    for (int l = 0; l < 4; l++) {
+        float4 x = seen ? ((const float4 *)a.acc)[4 * g + l] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        y[0][2 * l] = x.x * a.scale, y[0][2 * l + 1] = x.y * a.scale;
+        y[1][2 * l] = x.z * a.scale, y[1][2 * l + 1] = x.w * a.scale;
+    }
+    int chunk = (row - k) / 16; // the 16 rows (a warp's 32 threads are 4 quads of the same rows)
     if (a.bpart && chunk < a.bch) {
-        float sx = att_sum_groups(((row < d.Tq ? x.x : 0.0f) + (row + 8 < d.Tq ? x.z : 0.0f)) * a.scale);
-        float sy = att_sum_groups(((row < d.Tq ? x.y : 0.0f) + (row + 8 < d.Tq ? x.w : 0.0f)) * a.scale);
-        if (lane < 4) *(float2 *)(a.bpart + ((int64_t)(bh / d.NH) * a.bch + chunk) * 3 * d.C + bh % d.NH * HS + col) =
-            make_float2(sx, sy);
+        float s[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            s[c] = (row < d.Tq ? y[0][c] : 0.0f) + (row + 8 < d.Tq ? y[1][c] : 0.0f);
+#pragma unroll
+            for (int x = 1; x < 8; x *= 2) s[c] += __shfl_xor_sync(0xffffffffu, s[c], x); // over k
+        }
+        float4 *p = (float4 *)(a.bpart + ((int64_t)(bh / d.NH) * a.bch + chunk) * 3 * d.C + bh % d.NH * HS + col);
+        if (k == 0) p[0] = make_float4(s[0], s[1], s[2], s[3]), p[1] = make_float4(s[4], s[5], s[6], s[7]);
     }
     bf16 *dq = a.dq + (int64_t)(bh / d.NH) * d.Tq * d.ldq + bh % d.NH * HS + col;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int q = row + 8 * r;
-        if (q >= d.Tq) continue;
-        __nv_bfloat162 *p = (__nv_bfloat162 *)(dq + (int64_t)q * d.ldq);
-        float2 y = r ? make_float2(x.z, x.w) : make_float2(x.x, x.y), old = d.add ? __bfloat1622float2(*p) : make_float2(0.0f, 0.0f);
-        *p = __floats2bfloat162_rn(old.x + y.x * a.scale, old.y + y.y * a.scale);
+        if (row + 8 * r >= d.Tq) continue;
+        bf16 *p = dq + (int64_t)(row + 8 * r) * d.ldq;
+        if (d.add) {
+            float old[8];
+            vload<bf16, 8>(old, p);
+#pragma unroll
+            for (int c = 0; c < 8; c++) y[r][c] += old[c];
+        }
+        vstore<bf16, 8>(p, y[r]);
     }
 }
 
@@ -417,7 +435,7 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
     CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, ATT_WG_ROWS);
     attention_backward_dkv_wgmma_kernel<HS><<<grid, att_threads(BW_NWG), smem, cu->stream>>>(mq, mdo, mkv, *a);
     CUDA_LAUNCH_CHECK();
-    int64_t n = (int64_t)BNH * a->mq * STEP * HS / 4; // dq_out: a thread a float4 of the accumulator
+    int64_t n = (int64_t)BNH * a->mq * STEP * HS / 16; // dq_out: a thread four float4 of the accumulator
     attention_backward_dq_out_kernel<HS><<<(unsigned)((n + 255) / 256), 256, 0, cu->stream>>>(*a);
     CUDA_LAUNCH_CHECK();
 }
