@@ -158,11 +158,10 @@ __global__ void __launch_bounds__(32 * (NV > 0 ? LN_BWD_HELD_WARPS : LN_BWD_WARP
         // vector j of dout, inp and w as stored (converted where used: fewer registers)
         T d[W], xv[W], wv[W];
         auto load = [&](int i, int j) {
+            if constexpr (NV > 0) {
 #pragma unroll
-            for (int k = 0; k < W; k++) {
-                if constexpr (NV > 0) d[k] = dh[i][k], xv[k] = xh[i][k];
-            }
-            if constexpr (NV == 0) {
+                for (int k = 0; k < W; k++) d[k] = dh[i][k], xv[k] = xh[i][k];
+            } else {
                 vload_raw<T, W>(d, dy + j * W);
                 vload_raw<T, W>(xv, x + j * W);
             }
