@@ -101,11 +101,12 @@ static void test_layernorm(shape s) {
     check("layernorm dw +=", dw, s);
     check("layernorm db +=", db, s);
     check("layernorm dsum +=", ds, s);
-    float *r1 = loom_xmalloc((size_t)C * 8), *r2 = r1 + C;
+    size_t nx = (size_t)N * C;
+    float *r1 = loom_xmalloc(nx * 8), *r2 = r1 + nx;
     download_as(r1, dw.d, (size_t)C, dt), download_as(r2, dw2.d, (size_t)C, dt);
     T_ASSERT(memcmp(r1, r2, (size_t)C * 4) == 0, "layernorm dw differs between two runs");
-    download_as(r1, dx.d, (size_t)C, dt), download_as(r2, dx2.d, (size_t)C, dt);
-    T_ASSERT(memcmp(r1, r2, (size_t)C * 4) == 0, "layernorm dinp differs with dsum");
+    download_as(r1, dx.d, nx, dt), download_as(r2, dx2.d, nx, dt);
+    T_ASSERT(memcmp(r1, r2, nx * 4) == 0, "layernorm dinp differs with dsum");
     free(h), free(r1);
     buf *all[] = {&x, &w, &b, &out, &mean, &rstd, &mu, &rs, &dout, &dx, &dw, &db, &ds, &dx2, &dw2, &db2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
