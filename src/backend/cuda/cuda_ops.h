@@ -151,7 +151,7 @@ int64_t cuda_row_chunk(int64_t N);
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
                        int64_t nparts, int64_t stride, int64_t n);
 // The same over ndst * n columns, column i going to dst[i / n][i % n] (up to three sums of n
-// values, e.g. LayerNorm's dw and db, in one launch)
+// values, e.g. the LayerNorm backward's dw, db and dinp column sums, in one launch)
 void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const void *partials, bool part_bf,
                          int64_t nparts, int64_t stride, int64_t n);
 // dst (n) += column sums of x (N rows of n columns, row stride ld elements) of dtype bf ? bf16 : fp32,
