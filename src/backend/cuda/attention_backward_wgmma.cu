@@ -15,7 +15,8 @@
 //   warpgroup puts its dS (the tile's queries x its 64 keys) into shared memory (stmatrix,
 //   transposed). At HS = 64 each computes dQ = dS K for the tile's queries over its own keys:
 //   warpgroup 0 stores its fp32 partial in shared memory and warpgroup 1 adds its own (so the two
-//   meet only there, not at a barrier every tile). At HS = 128 (registers) each computes its half
+//   meet only there, not at a barrier every tile), and the two take turns to issue their products
+//   (the forward's warpgroup scheduling, BW_TURN). At HS = 128 (registers) each computes its half
 //   of dQ's columns over all 128 keys, from both halves of dS (a barrier of both warpgroups before
 //   and after the dS store), and stores it beside the other's (FlashAttention-3's split there).
 //   The partial goes to the producer warpgroup's second warp, which adds it into an fp32
@@ -49,6 +50,7 @@ __host__ __device__ constexpr bool bw_dq_cols(int hs) { return hs == 128; }
 #define BW_STAGES 2
 #define BW_NWG 2 // consumer warpgroups (64 of the 128 own keys each)
 #define BW_DS 2 // named barriers BW_DS + w (by keys; by columns BW_DS for both): the dS half may be overwritten / is whole
+#define BW_TURN 4 // named barriers BW_TURN + w: consumer warpgroup w's turn to issue its products (by keys)
 static inline int bw_tp(int Tq) { return (Tq + 3) & ~3; }
 
 // The first query row a key tile from k0 streams: the first that sees k0, rounded down to a
@@ -236,6 +238,19 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
         int k0 = job.own_row, nst = job.n;
         int kw = k0 + 64 * w, rk = att_wg_row(kw); // the warpgroup's first key; the thread's keys rk, rk + 8
         float dk[HS / 2] = {}, dv[HS / 2] = {};
+        // Split by keys, the warpgroups take turns to issue their products (as the forward's FW_TURN):
+        // w issues a tile's S^T and dP^T, then w + 1 does, then w its dV, dK, dQ, then w + 1, so
+        // that one's exponentials and dS run under the other's products. Each takes 2 nst turns an
+        // item; warpgroup 1 gives the first and does not pass its last. By columns the two meet at
+        // the dS barrier every tile, so there is nothing to alternate.
+        constexpr bool TURNS = !bw_dq_cols(HS);
+        auto turn = [&]() {
+            if (TURNS) named_sync<256>(BW_TURN + w);
+        };
+        auto pass = [&](bool last) {
+            if (TURNS && (w == 0 || !last)) named_arrive<256>(BW_TURN + 1 - w);
+        };
+        if (TURNS && w == 1 && nst > 0) named_arrive<256>(BW_TURN);
         for (int jj = 0; jj < nst; jj++, j++) {
             int qt = job.row0 + jj * STEP;
             sm.wait(j, 0);
@@ -245,12 +260,14 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
             // other's dS, all 0 where it sees nothing, is half of each one's dQ)
             bool seen = bw_dq_cols(HS) || (qt + STEP - 1 + d.delta >= kw && kw < d.Tk);
             uint32_t pa[STEP / 16][4], da[STEP / 16][4]; // P^T and dS^T as A fragments (att_frags)
+            turn();
             if (seen) {
                 float st[STEP / 2], dpt[STEP / 2];
                 wg_fence();
                 att_product_ss<STEP, HS>(st, sm.own_op(k, 0), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 0), STEP);  // S^T
                 att_product_ss<STEP, HS>(dpt, sm.own_op(k, 1), ATT_WG_ROWS, 64 * w, sm.stage_op(j, 1), STEP); // dP^T
                 wg_commit();
+                pass(false);
                 wg_wait<0>();
                 wg_hold(st);
                 wg_hold(dpt);
@@ -275,7 +292,8 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                     att_frag_put(pa, i, p);
                     att_frag_put(da, i, ds);
                 }
-            }
+            } else
+                pass(false);
             // dQ of the tile's queries: by keys, H blocks of 64 rows x HS over the warpgroup's keys;
             // by columns, one block of 64 rows x HS/2 (its columns) over all 128 keys
             constexpr bool COLS = bw_dq_cols(HS);
@@ -284,6 +302,7 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
             float dq[H][N / 2];
             if (seen) { // the warpgroup's dS^T into its half of the dS tile; dV, dK, dQ
                 int bar = COLS ? BW_DS : BW_DS + w;
+                turn();
                 named_sync<DS_THREADS>(bar); // the last dQ products reading the half are done in every warp
                 bw_store_ds<STEP>(x.ds(), da, w);
                 fence_async_smem();
@@ -303,11 +322,15 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
                         att_product_sn<N, 64>(dq[h], x.ds() + w * STEP * 128, STEP, 64 * h, sm.own_op(k, 0) + 64 * w * 128,
                                               ATT_WG_ROWS);
                 wg_commit();
+                pass(jj == nst - 1);
                 wg_wait<0>();
 #pragma unroll
                 for (int h = 0; h < H; h++) wg_hold(dq[h]);
                 wg_hold(dv);
                 wg_hold(dk);
+            } else {
+                turn();
+                pass(jj == nst - 1);
             }
             sm.release(j);
             // The partial into shared memory (once the writer has read the last one), in accumulator
