@@ -9,13 +9,15 @@
 # max-autotune-no-cudagraphs) and the faster one is kept. Prints tokens/s, MFU (6N + 6LTC FLOPs
 # per token against 989 TFLOP/s), peak memory and the loom/PyTorch ratio as a table; the raw
 # outputs go to $OUT (or /tmp). A config may name loom's precision (bf16 by default, or fp8: the
-# blocks' matmuls in FP8), its FP8 recipe (tensorwise by default, or delayed) and `graphs` for
-# loom's --cuda-graphs (the whole step replayed as one CUDA graph; launched op by op by default);
+# blocks' matmuls in FP8), its FP8 recipe (tensorwise by default, or delayed) and options, a comma
+# list of `graphs` for loom's --cuda-graphs (the whole step replayed as one CUDA graph; launched
+# op by op by default) and `autotune` for --gemm-autotune (matmul algorithms chosen by timing);
 # the peer runs in bf16, once per model and batch, in torch.compile's modes without CUDA graphs.
 # PEER_TIMEOUT (seconds, default none) bounds each peer mode's run, compile included: a mode cut
 # off is left out (its stderr says so) and the table names the mode whose figure it shows, so a
 # slow max-autotune compile no longer costs the whole table.
-#   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE[:graphs]]]] ...]   (RECOMPUTE: none, gelu, full)
+#   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE[:OPTIONS]]]] ...]   (RECOMPUTE: none, gelu, full;
+#   OPTIONS: graphs, autotune or graphs,autotune)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${OUT:-/tmp}
@@ -25,11 +27,18 @@ failed=0
 declare -A peer_done=() # model:batch pairs whose peer ran in this call
 for c in "${CONFIGS[@]}"; do
     IFS=: read -r m b r p f g <<< "$c"
-    [ -n "$g" ] && [ "$g" != graphs ] && { echo "bench_gpu.sh: '$g' in $c is not 'graphs'" >&2; exit 2; }
+    opts=()
+    for o in ${g//,/ }; do
+        case $o in
+        graphs) opts+=(--cuda-graphs) ;;
+        autotune) opts+=(--gemm-autotune) ;;
+        *) echo "bench_gpu.sh: '$o' in $c is not 'graphs' or 'autotune'" >&2; exit 2 ;;
+        esac
+    done
     # shellcheck disable=SC2046
     build-gpu/loom bench --model "$m" --batch "$b" --seq 1024 --steps 10 --warmup 3 --device cuda \
         --recompute "${r:-none}" --precision "${p:-bf16}" $([ -n "$f" ] && echo "--fp8-recipe $f") \
-        $([ -n "$g" ] && echo --cuda-graphs) > "$OUTDIR/bench_loom_${m}_${b}_${r:-none}_${p:-bf16}${f:+_$f}${g:+_$g}.txt" || failed=1
+        "${opts[@]}" > "$OUTDIR/bench_loom_${m}_${b}_${r:-none}_${p:-bf16}${f:+_$f}${g:+_${g//,/_}}.txt" || failed=1
     peer="$OUTDIR/bench_torch_${m}_$b"
     [ -n "${peer_done[$m:$b]:-}" ] && continue
     peer_done[$m:$b]=1
@@ -54,7 +63,7 @@ for c in configs:
     m, b, r, p, recipe, g = (c.split(":") + ["", "", "", ""])[:6]
     r, p = r or "none", p or "bf16" # the defaults the loom runs above took
     try:
-        name = f"{out}/bench_loom_{m}_{b}_{r}_{p}{'_' + recipe if recipe else ''}{'_' + g if g else ''}.txt"
+        name = f"{out}/bench_loom_{m}_{b}_{r}_{p}{'_' + recipe if recipe else ''}{'_' + g.replace(',', '_') if g else ''}.txt"
         row = [l for l in open(name) if l.startswith("|") and "step ms" not in l][-1]
         f = [x.strip() for x in row.strip().strip("|").split("|")]
         ltok, lmfu, lpeak = float(f[4]), f[8], f[9].replace(" GiB", "")
@@ -65,6 +74,6 @@ for c in configs:
         ttok, tmode, tmfu, tpeak = t["tokens_per_s"], t["compile"], f"{100 * t['mfu']:.1f}%", f"{t['peak_mem_gib']:.2f}"
     except (OSError, IndexError, ValueError, KeyError):
         ttok, tmode, tmfu, tpeak = float("nan"), "-", "-", "-"
-    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if g else 'launches'} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
+    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
 PY
 exit $failed

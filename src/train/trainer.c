@@ -245,6 +245,13 @@ static loom_status check_cuda_graphs(const loom_trainer *t) {
     return LOOM_OK;
 }
 
+// --gemm-autotune chooses among cuBLASLt's algorithms; the CPU backend has one sgemm.
+static loom_status check_gemm_autotune(const loom_trainer *t) {
+    if (!t->cfg.gemm_autotune || t->be->stream) return LOOM_OK;
+    return loom_fail(LOOM_EUNSUPPORTED, "drop --gemm-autotune, or train on --device cuda",
+                     "--gemm-autotune times cuBLASLt's matmul algorithms: the %s backend has one", t->be->name);
+}
+
 static bool fp8_delayed(const loom_train_config *c) { return c->fp8_recipe && strcmp(c->fp8_recipe, "delayed") == 0; }
 
 // FP8 scales are per tensor: tensor or context parallelism would split a product's operands
@@ -282,6 +289,8 @@ static loom_status build(loom_trainer *t, bool *report) {
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
     if (fp8_delayed(c)) t->be->fp8_history = c->fp8_history ? c->fp8_history : LOOM_FP8_HISTORY;
     AGREE(check_cuda_graphs(t));
+    AGREE(check_gemm_autotune(t));
+    t->be->gemm_autotune = c->gemm_autotune;
     if (t->be->stream) AGREE(loom_mesh_attach_device(t->mesh, t->be->stream, c->device_comm));
     loom_gpt2_config cfg;
     float *file = NULL;

@@ -83,6 +83,8 @@ bad_input)
   expect_error "unknown command 'trian'" "$LOOM" trian
   expect_error "unknown model 'gpt5'" "$LOOM" train --model gpt5 --train-data good.bin
   expect_error "--cuda-graphs needs a GPU: the cpu backend" train --cuda-graphs --device cpu
+  expect_error "--gemm-autotune times cuBLASLt's matmul algorithms: the cpu backend has one" train --gemm-autotune --device cpu
+  expect_error "--gemm-autotune times cuBLASLt's matmul algorithms: the cpu backend has one" "$LOOM" bench --model gpt2-mini --gemm-autotune --device cpu
   expect_error "--cuda-graphs: --offload activations copies" train --cuda-graphs --offload activations
   expect_error "--cuda-graphs: --offload optimizer copies" train --cuda-graphs --offload optimizer
   expect_error "precision fp8 needs a GPU: the cpu backend has no FP8 products" train --precision fp8 --device cpu

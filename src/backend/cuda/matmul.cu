@@ -17,7 +17,9 @@
 // share one cast of dout, and the DGELU product stays in bf16 (matmul_dinp says why).
 // The heuristic's algorithm for a product's shapes, types, epilogue and pointer alignments is asked
 // once and cached (a uthash table in the backend), since asking costs tens of microseconds of
-// host time per call.
+// host time per call. With be->gemm_autotune the first product of each such key times the
+// heuristic's first LT_TUNE_CANDIDATES candidates on its own operands instead (lt_tune) and
+// caches the fastest, as PyTorch's max-autotune and cuDNN's benchmark mode choose.
 #include "backend/cuda/cuda_ops.h"
 
 #include <uthash.h>
@@ -27,6 +29,10 @@ typedef struct { // what the heuristic's answer depends on (no padding: hashed a
     int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, type_d;
     uint32_t align_a, align_b, align_d, align_aux;
 } lt_key;
+
+#define LT_TUNE_CANDIDATES 8 // the heuristic's candidates lt_tune times
+#define LT_TUNE_REPS 5       // timed runs of each, after one untimed
+#define LT_TUNE_MARGIN 0.98f // another candidate replaces the heuristic's first only below this share of its time
 
 struct lt_algo { // one cached heuristic answer
     lt_key key;
@@ -57,6 +63,57 @@ static void lt_set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_
 static void lt_set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
                         uint32_t value) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+}
+
+// Seconds a run of algo takes on the product's own operands (the mean of LT_TUNE_REPS after one
+// untimed), writing D to `scratch` (C is read where beta is not 0, and an aux output is written
+// with the values the product will write); a negative value where cuBLASLt refuses the algorithm.
+static float lt_time(loom_cuda *cu, cublasLtMatmulDesc_t desc, const cuda_gemm *g, const void *c, void *scratch,
+                     cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                     cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo, cudaEvent_t e0, cudaEvent_t e1) {
+    float alpha = 1.0f, ms = 0.0f;
+    for (int r = 0; r <= LT_TUNE_REPS; r++) {
+        if (r == 1) CUDA_CHECK(cudaEventRecord(e0, cu->stream));
+        if (cublasLtMatmul(cu->lt, desc, &alpha, g->a, la, g->b, lb, &g->beta, c, lc, scratch, ld, algo, cu->workspace,
+                           cu->workspace_bytes, cu->stream) != CUBLAS_STATUS_SUCCESS)
+            return -1.0f;
+    }
+    CUDA_CHECK(cudaEventRecord(e1, cu->stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms / LT_TUNE_REPS;
+}
+
+// The fastest of the heuristic's first n candidates (cand[0] unless another takes under
+// LT_TUNE_MARGIN of its time), timed on a scratch D of `dbytes` (backend memory, so it counts in
+// the peak). cand[0] while the stream is being recorded into a graph (a recording cannot wait on
+// events) or where the scratch does not fit.
+static cublasLtMatmulAlgo_t lt_tune(loom_cuda *cu, cublasLtMatmulDesc_t desc, const cuda_gemm *g, const void *c,
+                                    size_t dbytes, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                    cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
+                                    const cublasLtMatmulHeuristicResult_t *cand, int n) {
+    cudaStreamCaptureStatus capturing;
+    CUDA_CHECK(cudaStreamIsCapturing(cu->stream, &capturing));
+    void *scratch = capturing == cudaStreamCaptureStatusNone ? cu->base.alloc(&cu->base, dbytes) : NULL;
+    if (!scratch) return cand[0].algo;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    int best = 0;
+    float first = lt_time(cu, desc, g, c, scratch, la, lb, lc, ld, &cand[0].algo, e0, e1), best_t = first;
+    for (int i = 1; i < n && first > 0.0f; i++) {
+        float t = cand[i].state == CUBLAS_STATUS_SUCCESS
+                      ? lt_time(cu, desc, g, c, scratch, la, lb, lc, ld, &cand[i].algo, e0, e1)
+                      : -1.0f;
+        if (t > 0.0f && t < best_t && t < LT_TUNE_MARGIN * first) best = i, best_t = t;
+    }
+    if (cu->debug)
+        fprintf(stderr, "loom: cuda: tuned %lldx%lldx%lld (epilogue %d): candidate %d of %d, %.1f us (the heuristic's first %.1f)\n",
+                (long long)g->m, (long long)g->n, (long long)g->k, (int)g->epilogue, best, n, best_t * 1e3f, first * 1e3f);
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    cu->base.free(&cu->base, scratch);
+    return cand[best].algo;
 }
 
 // The heuristic's failure is NOT_SUPPORTED, or INVALID_VALUE for an epilogue it does not take
@@ -110,12 +167,16 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
-        cublasLtMatmulHeuristicResult_t heur = {};
-        int found = 0;
-        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, lc, ld, pref, 1, &heur, &found);
-        if (hit->status == CUBLAS_STATUS_SUCCESS && (found == 0 || heur.state != CUBLAS_STATUS_SUCCESS))
+        cublasLtMatmulHeuristicResult_t heur[LT_TUNE_CANDIDATES] = {};
+        int found = 0, ask = cu->base.gemm_autotune ? LT_TUNE_CANDIDATES : 1;
+        hit->status = cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, lc, ld, pref, ask, heur, &found);
+        if (hit->status == CUBLAS_STATUS_SUCCESS && (found == 0 || heur[0].state != CUBLAS_STATUS_SUCCESS))
             hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
-        hit->algo = heur.algo;
+        hit->algo = heur[0].algo;
+        if (hit->status == CUBLAS_STATUS_SUCCESS && found > 1) {
+            size_t dbytes = (size_t)g->ldd * g->n * (type_d == CUDA_R_32F ? 4 : type_d == CUDA_R_8F_E4M3 ? 1 : 2);
+            hit->algo = lt_tune(cu, desc, g, c, dbytes, la, lb, lc, ld, heur, found);
+        }
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         HASH_ADD(hh, cu->algos, key, sizeof key, hit);
     }
