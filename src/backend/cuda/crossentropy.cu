@@ -13,12 +13,12 @@
 // logit)), crossentropy_combine merges the shards' triples one thread a row in shard order, and
 // crossentropy_backward is pass 2 given the combined lse (a single fp32 here, as the contract
 // has it). A target outside [0,V) gives NaN there too. No atomics: every result repeats.
+#include "backend/cuda/hopper.cuh"
 #include "backend/cuda/vec.cuh"
 
 #include <math.h>
 
 #define CE_THREADS 512
-#define CE_COPY 4               // 16-byte loads in flight per thread while a row is cached
 #define CE_SMEM_MAX (100 << 10) // largest cached row, bytes: two rows an SM (gpt2's: 98 KB bf16)
 
 // exp(x) for x <= 0 as exp2(x log2 e): the hardware's ex2 (2 ulp) after one rounding of the
@@ -101,10 +101,10 @@ __device__ __forceinline__ void block_backward(T *z, const T *src, int64_t Vp, i
     }
 }
 
-// CACHED (16-byte vectors only): the block copies the row's vectors below V to shared memory
-// (dynamic, whole vectors), CE_COPY loads in flight a thread, and takes (m, s) from them as they
-// arrive (the vectors in block_max_sumexp's order, so the same bits); the backward pass reads them
-// there. Otherwise both passes read the row from logits.
+// CACHED (16-byte vectors only): the row's vectors below V come into shared memory (dynamic, whole
+// vectors) by one bulk copy (TMA), and both passes read them there (3% faster on an H200 than
+// 16-byte loads through registers, 4 in flight a thread, and 5-8 were slower); the same vectors in
+// the same order either way, so the same bits. Otherwise both passes read the row from logits.
 template <typename T, int W, bool CACHED>
 __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *targets, int64_t Vp,
                                     int V, float dloss, bool backward) {
@@ -115,31 +115,21 @@ __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *tar
     int tgt = targets[row];
     bool valid = tgt >= 0 && tgt < V;
     float m, s, zt;
-    if constexpr (CACHED) {
-        constexpr int STEP = CE_THREADS * W;
-        m = -INFINITY, s = 0.0f;
-        for (int j0 = threadIdx.x * W; j0 < V; j0 += CE_COPY * STEP) {
-            uint4 r[CE_COPY];
-#pragma unroll
-            for (int u = 0; u < CE_COPY; u++)
-                if (j0 + u * STEP < V) r[u] = *(const uint4 *)(z + j0 + u * STEP);
-#pragma unroll
-            for (int u = 0; u < CE_COPY; u++) {
-                int j = j0 + u * STEP;
-                if (j >= V) break;
-                ce_row[j / W] = r[u];
-                float x[W];
-                vload<T, W>(x, (const T *)&r[u]);
-                thread_max_sumexp<W>(m, s, x, V - j < W ? V - j : W);
-            }
+    if constexpr (CACHED) { // the row into shared memory
+        __shared__ uint64_t landed; // the copy's transaction barrier
+        if (threadIdx.x == 0) {
+            uint32_t bytes = (uint32_t)((V + W - 1) / W * 16);
+            mbar_init(&landed, 1);
+            mbar_fence_init();
+            mbar_expect(&landed, bytes);
+            bulk_load(ce_row, z, bytes, &landed);
         }
-        block_combine(m, s); // its barrier: the row is whole in shared memory, every read of z done
+        __syncthreads(); // the barrier set up
+        mbar_wait(&landed, 0); // the copy has read all of z it reads
         src = (const T *)ce_row;
-        zt = valid ? to_f32(src[tgt]) : NAN;
-    } else {
-        zt = valid ? to_f32(src[tgt]) : NAN;
-        block_max_sumexp<T, W>(src, V, m, s); // its barrier orders every read of z before the writes below
     }
+    zt = valid ? to_f32(src[tgt]) : NAN;
+    block_max_sumexp<T, W>(src, V, m, s); // its barrier orders every read of z before the writes below
     float logs = logf(s); // lse = m + logs, kept in two parts: x - m is exact near the max
     if (threadIdx.x == 0) losses[row] = valid ? (m - zt) + logs : NAN;
     if (backward) block_backward<T, W>(z, src, Vp, V, tgt, valid, dloss, m, logs);
