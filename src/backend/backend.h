@@ -132,8 +132,8 @@ struct loom_backend {
     // Matmul algorithms by measurement (the CUDA backend; the CPU has one sgemm): the first product
     // of each shape times cuBLASLt's first 8 candidates on its own operands and keeps the fastest
     // for the rest of the run (backend/cuda/matmul.cu), instead of the heuristic's first. The choice
-    // rests on timings, so two runs may pick differently and differ in rounding; within a run it
-    // stays. Set before the first product.
+    // rests on timings, so two runs (a run and its resumption too) may pick differently and differ
+    // in rounding; within a run it stays. Set before the first product.
     bool gemm_autotune;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most

