@@ -65,7 +65,7 @@ static void lt_set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenc
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
 }
 
-// Seconds a run of algo takes on the product's own operands (the mean of LT_TUNE_REPS after one
+// Milliseconds a run of algo takes on the product's own operands (the mean of LT_TUNE_REPS after one
 // untimed), writing D to `scratch` (C is read where beta is not 0, and an aux output is written
 // with the values the product will write); a negative value where cuBLASLt refuses the algorithm.
 static float lt_time(loom_cuda *cu, cublasLtMatmulDesc_t desc, const cuda_gemm *g, const void *c, void *scratch,
