@@ -46,35 +46,25 @@ __device__ __forceinline__ void lse_combine(float &m, float &s, float m2, float 
     m = mx;
 }
 
-// One vector x of n valid values (n <= W) into a thread's online (m, s): rescaled once per vector,
-// not per element; a whole vector without the per-element bound
-template <int W> __device__ __forceinline__ void thread_max_sumexp(float &m, float &s, const float (&x)[W]) {
+// One vector x of n valid values (n <= W; WHOLE: n = W, without the per-element bound) into a
+// thread's online (m, s): rescaled once per vector, not per element
+template <int W, bool WHOLE>
+__device__ __forceinline__ void vector_max_sumexp(float &m, float &s, const float (&x)[W], int n) {
     float vm = -INFINITY;
 #pragma unroll
-    for (int k = 0; k < W; k++) vm = fmaxf(vm, x[k]);
+    for (int k = 0; k < W; k++)
+        if (WHOLE || k < n) vm = fmaxf(vm, x[k]);
     if (vm > m) {
         s *= ce_exp(m - vm);
         m = vm;
     }
 #pragma unroll
-    for (int k = 0; k < W; k++) s += ce_exp(x[k] - m);
+    for (int k = 0; k < W; k++)
+        if (WHOLE || k < n) s += ce_exp(x[k] - m);
 }
 template <int W> __device__ __forceinline__ void thread_max_sumexp(float &m, float &s, const float (&x)[W], int n) {
-    if (n == W) {
-        thread_max_sumexp<W>(m, s, x);
-        return;
-    }
-    float vm = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < W; k++)
-        if (k < n) vm = fmaxf(vm, x[k]);
-    if (vm > m) {
-        s *= ce_exp(m - vm);
-        m = vm;
-    }
-#pragma unroll
-    for (int k = 0; k < W; k++)
-        if (k < n) s += ce_exp(x[k] - m);
+    if (n == W) vector_max_sumexp<W, true>(m, s, x, n);
+    else vector_max_sumexp<W, false>(m, s, x, n);
 }
 
 // The threads' (m, s) pairs combined over the block, every thread getting the result. Ends past a
@@ -109,21 +99,17 @@ __device__ __forceinline__ void block_max_sumexp(const T *src, int V, float &m, 
 // The gradient pass over one row, in place: z[j] = dloss * (exp((src[j] - m) - logs) - [j == tgt])
 // on [0,V) (NaN when !valid), 0 on [V,Vp); src is z or a copy of it. Each element is read and
 // written by one thread. The exponent is one FMA, 2^((x - m) log2 e - logs log2 e); a vector
-// wholly below V takes no per-element test but the target's (which one thread a row redoes).
+// wholly below V without the target takes no per-element test.
 template <typename T, int W>
 __device__ __forceinline__ void block_backward(T *z, const T *src, int64_t Vp, int V, int tgt,
                                                bool valid, float dloss, float m, float logs) {
     float x[W], dl = valid ? dloss : NAN, c = logs * CE_LOG2E;
     for (int j0 = threadIdx.x * W; j0 < Vp; j0 += CE_THREADS * W) {
-        if (j0 + W <= V) {
+        if (j0 + W <= V && (unsigned)(tgt - j0) >= (unsigned)W) {
             vload<T, W>(x, src + j0);
 #pragma unroll
             for (int k = 0; k < W; k++) x[k] = dl * ce_exp2(fmaf(x[k] - m, CE_LOG2E, -c));
-            if ((unsigned)(tgt - j0) < (unsigned)W) // dloss (p - 1) at the target, from its logit
-#pragma unroll
-                for (int k = 0; k < W; k++)
-                    if (j0 + k == tgt) x[k] = dl * (ce_exp2(fmaf(to_f32(src[tgt]) - m, CE_LOG2E, -c)) - 1.0f);
-        } else {
+        } else { // the vector with the target, or past V
             if (j0 < V) vload<T, W>(x, src + j0); // past V only zeros are written
 #pragma unroll
             for (int k = 0; k < W; k++) {
