@@ -78,14 +78,23 @@ void loom_host_memory_info(size_t *available, size_t *total) {
     fclose(f);
 }
 
+void loom_matmul_residual_forward_ops(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                                      loom_tensor bias, loom_tensor res) {
+    LOOM_CHECK(res.data && res.data != out.data);
+    be->matmul_forward(be, out, inp, w, bias);
+    be->residual_forward(be, out, res, out);
+}
+
 void loom_mlp_forward_ops(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
-                          loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb) {
+                          loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb,
+                          loom_tensor res) {
     (void)act_kept; // written either way
     int site = be->fp8_site;
     be->fp8_site = be->fp8_site_fc;
     be->matmul_gelu_forward(be, act, pre, inp, fcw, fcb);
     be->fp8_site = site;
-    be->matmul_forward(be, out, act, projw, projb);
+    if (res.data) be->matmul_residual_forward(be, out, act, projw, projb, res);
+    else be->matmul_forward(be, out, act, projw, projb);
 }
 
 void loom_mlp_backward_ops(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,

@@ -278,6 +278,10 @@ struct loom_backend {
 
     // ---- fused forms: one pass where the plain ops above take two; the same results as the
     // plain ops in sequence, up to where intermediate values are rounded ----
+    // A linear layer and the residual add after it: out (N,OC) = res (N,OC) + inp (N,C) @ w^T + bias,
+    // with out and res separate buffers (the CUDA backend: cuBLASLt's C at beta 1, rounded once)
+    void (*matmul_residual_forward)(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                                    loom_tensor bias, loom_tensor res);
     // The MLP's first layer and its GELU: pre (N,OC) = inp (N,C) @ w^T + bias; out (N,OC) = gelu(pre)
     void (*matmul_gelu_forward)(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor inp,
                                 loom_tensor w, loom_tensor bias);
@@ -285,16 +289,18 @@ struct loom_backend {
     //   dinp (N,C) = (dout @ w) * gelu'(pre), pre (N,C) the GELU's input; dw +=, dbias += as matmul_backward
     void (*matmul_gelu_backward)(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                                  loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
-    // The MLP  pre (N,OC) = inp (N,C) @ fcw^T + fcb,  act (N,OC) = gelu(pre),  out (N,C) = act @ projw^T + projb:
-    // matmul_gelu_forward of the fc layer, then matmul_forward of the fcproj layer
-    // (loom_mlp_forward_ops). With act_kept false the backward recomputes act where it reads it
+    // The MLP  pre (N,OC) = inp (N,C) @ fcw^T + fcb,  act (N,OC) = gelu(pre),  out (N,C) = act @ projw^T + projb
+    // (+ res (N,C) when res.data: the residual add after it, out and res separate buffers):
+    // matmul_gelu_forward of the fc layer, then matmul_forward (matmul_residual_forward) of the
+    // fcproj layer (loom_mlp_forward_ops). With act_kept false the backward recomputes act where it reads it
     // (mlp_backward's act_kept), so act need not be written here: a backend may hand the GELU's
     // output to the fcproj product in another form (FP8 with delayed scaling: the fc product
     // writes it in E4M3, backend/cuda/fp8.cu). fcw (OC,C), projw (C,OC); a bias's data may be NULL.
     // Under FP8 delayed scaling the fc layer takes the slots of site fp8_site_fc, the fcproj
     // layer fp8_site's.
     void (*mlp_forward)(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
-                        loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb);
+                        loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb,
+                        loom_tensor res);
     // The backward of the MLP  pre = inp @ fcw^T + fcb,  act = gelu(pre),  out = act @ projw^T + projb
     // from dout (N,C) = d(loss)/d(out): matmul_gelu_backward of the fcproj layer, then
     // matmul_backward of the fc layer (loom_mlp_backward_ops), so that a backend may put the
@@ -434,10 +440,15 @@ int loom_backend_device_count(const char *device);
 // sysconf's free and total pages where it cannot be read).
 void loom_host_memory_info(size_t *available, size_t *total);
 
+// matmul_residual_forward as the plain ops in sequence, matmul_forward then residual_forward (out
+// = res + out): the CPU's.
+void loom_matmul_residual_forward_ops(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                                      loom_tensor bias, loom_tensor res);
 // mlp_forward as the plain ops in sequence (act written whatever act_kept says): the CPU's, and the
 // CUDA backend's outside FP8 delayed scaling.
 void loom_mlp_forward_ops(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
-                          loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb);
+                          loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb,
+                          loom_tensor res);
 // mlp_backward as the plain ops in sequence: gelu_forward (act, unless act_kept, when the
 // weight gradients are computed), matmul_gelu_backward, matmul_backward (the CPU's, and the
 // CUDA backend's outside FP8).

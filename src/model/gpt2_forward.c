@@ -7,9 +7,11 @@
 //     qkv       = ln1 @ qkvw^T + qkvb                             (B,T,3Cl) column-parallel
 //     atty      = causal_attention(qkv)                           (B,T,Cl)  this shard's heads; with
 //                                                                           context parallelism its point
-//     residual2 = x + reduce(atty @ attprojw^T + attprojb)        (Nl,C)    row-parallel; add fused with ln2
+//     residual2 = x + reduce(atty @ attprojw^T + attprojb)        (Nl,C)    row-parallel
 //     fch       = gather(ln2(residual2)) @ fcw^T + fcb            (N,4Cl)   column-parallel, GELU fused in
 //     x         = residual2 + reduce(gelu(fch) @ fcprojw^T + fcprojb)  (Nl,C) (= residual3)
+// (the residual adds fused into the row-parallel products where there is nothing to reduce, else
+// residual2's into ln2)
 //   logits = gather(lnf(x)) @ wte^T                               (N,Vl)    vocabulary-parallel
 //   loss   = mean cross-entropy over the first V logits
 //
@@ -170,18 +172,33 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
     tp_gather(m, ln1, gpt2_mine(m, v, ln1));
     be->matmul_forward(be, qkv, ln1, linear_weight(m, l, B_QKVW), gpt2_param(m, l, B_QKVB));
     attention_forward(m, atty, layer(&a->att_lse, i), qkv);
-    be->matmul_forward(be, partial(v, out), atty, linear_weight(m, l, B_ATTPROJW), gpt2_applied(m, l, B_ATTPROJB));
-    tp_reduce(m, out, partial(v, out));
-    layernorm_feeds(m, l, B_FCW);
-    be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), layer(&a->ln2_mean, i),
-                                   layer(&a->ln2_rstd, i), x, out, gpt2_param(m, l, B_LN2W),
-                                   gpt2_param(m, l, B_LN2B));
-    tp_gather(m, ln2, gpt2_mine(m, v, ln2));
+    // With no reduce point (one device's products hold whole sums) the residual adds ride on the
+    // row-parallel products; else they follow the reductions.
+    bool whole = !m->tp.reduce;
+    loom_tensor residual3 = layer(&a->residual3, i), ln2_mean = layer(&a->ln2_mean, i),
+                ln2_rstd = layer(&a->ln2_rstd, i), ln2w = gpt2_param(m, l, B_LN2W), ln2b = gpt2_param(m, l, B_LN2B);
+    loom_tensor attprojw = linear_weight(m, l, B_ATTPROJW), attprojb = gpt2_applied(m, l, B_ATTPROJB);
+    if (whole) {
+        be->matmul_residual_forward(be, residual2, atty, attprojw, attprojb, x);
+        layernorm_feeds(m, l, B_FCW);
+        be->layernorm_forward(be, ln2, ln2_mean, ln2_rstd, residual2, ln2w, ln2b);
+    } else {
+        be->matmul_forward(be, partial(v, out), atty, attprojw, attprojb);
+        tp_reduce(m, out, partial(v, out));
+        layernorm_feeds(m, l, B_FCW);
+        be->residual_layernorm_forward(be, residual2, gpt2_mine(m, v, ln2), ln2_mean, ln2_rstd, x, out, ln2w, ln2b);
+        tp_gather(m, ln2, gpt2_mine(m, v, ln2));
+    }
     mlp_weights(m, l, &fcw, &projw); // gelu(fch) need not be kept when the backward recomputes it
-    be->mlp_forward(be, partial(v, out), fch, fch_gelu, m->recompute != LOOM_RECOMPUTE_GELU, ln2, fcw,
-                    gpt2_param(m, l, B_FCB), projw, gpt2_applied(m, l, B_FCPROJB));
-    tp_reduce(m, out, partial(v, out));
-    be->residual_forward(be, layer(&a->residual3, i), residual2, out);
+    bool kept = m->recompute != LOOM_RECOMPUTE_GELU;
+    loom_tensor fcb = gpt2_param(m, l, B_FCB), projb = gpt2_applied(m, l, B_FCPROJB);
+    if (whole) {
+        be->mlp_forward(be, residual3, fch, fch_gelu, kept, ln2, fcw, fcb, projw, projb, residual2);
+    } else {
+        be->mlp_forward(be, partial(v, out), fch, fch_gelu, kept, ln2, fcw, fcb, projw, projb, no_tensor());
+        tp_reduce(m, out, partial(v, out));
+        be->residual_forward(be, residual3, residual2, out);
+    }
     no_site(m);
 }
 

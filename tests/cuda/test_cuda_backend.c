@@ -174,6 +174,11 @@ static void test_fused(shape s) {
     gpu->matmul_gelu_forward(gpu, DV(out, N, OC), DV(pre, N, OC), DV(x, N, C), DV(w, OC, C), DV(bias, OC));
     check("matmul+gelu pre", pre, s);
     check("matmul+gelu out", out, s);
+    // the layer and the residual add after it (cuBLASLt's C), alone and as the MLP's last: res + out
+    buf rsd = b_randn((size_t)N * OC, 4, dt), rout = b_nans((size_t)N * OC, dt);
+    cpu->matmul_residual_forward(cpu, HV(rout, N, OC), HV(x, N, C), HV(w, OC, C), HV(bias, OC), HV(rsd, N, OC));
+    gpu->matmul_residual_forward(gpu, DV(rout, N, OC), DV(x, N, C), DV(w, OC, C), DV(bias, OC), DV(rsd, N, OC));
+    check("matmul+residual out", rout, s);
     // the layer after the GELU: inp = out (N,OC), w2 (C,OC); dinp (N,OC) folds in gelu'(pre)
     buf p2 = b_from(pre.h, pre.n, dt), in2 = b_from(out.h, out.n, dt), w2 = b_randn((size_t)C * OC, 0.2f, dt);
     buf dout = b_randn((size_t)N * C, 1, dt), dinp = b_nans((size_t)N * OC, dt);
@@ -201,6 +206,14 @@ static void test_fused(shape s) {
         check("mlp dprojb +=", db, s);
         b_free(&dx), b_free(&dfch), b_free(&act), b_free(&dfw), b_free(&dfb);
     }
+    // the whole MLP's forward with the residual add after it: res2 + gelu(x w^T + bias) w2^T + pb
+    buf res2 = b_randn((size_t)N * C, 4, dt), pb = b_randn((size_t)C, 1, dt), out2 = b_nans((size_t)N * C, dt);
+    buf pre2 = b_nans(pre.n, dt), act2 = b_nans(out.n, dt);
+    cpu->mlp_forward(cpu, HV(out2, N, C), HV(pre2, N, OC), HV(act2, N, OC), true, HV(x, N, C), HV(w, OC, C),
+                     HV(bias, OC), HV(w2, C, OC), HV(pb, C), HV(res2, N, C));
+    gpu->mlp_forward(gpu, DV(out2, N, C), DV(pre2, N, OC), DV(act2, N, OC), true, DV(x, N, C), DV(w, OC, C),
+                     DV(bias, OC), DV(w2, C, OC), DV(pb, C), DV(res2, N, C));
+    check("mlp forward out (+ residual)", out2, s);
     buf a = b_randn((size_t)N * C, 2, dt), b = b_randn((size_t)N * C, 1, dt), res = b_nans((size_t)N * C, dt);
     buf ln = b_nans((size_t)N * C, dt), mean = b_nans((size_t)N, F32), rstd = b_nans((size_t)N, F32);
     buf lw = b_randn((size_t)C, 1, dt), lb = b_randn((size_t)C, 1, dt);
@@ -217,7 +230,8 @@ static void test_fused(shape s) {
         check_scaled("residual+layernorm mean", mean, t_max_abs(r->h, r->n), s);
         check("residual+layernorm rstd", rstd, s);
     }
-    buf *all[] = {&x, &w, &bias, &pre, &out, &p2, &in2, &w2, &dout, &dinp, &dw, &db, &a, &b, &res, &ln, &mean, &rstd, &lw, &lb};
+    buf *all[] = {&x,  &w,  &bias, &pre, &out, &p2, &in2, &w2,   &dout, &dinp, &dw,   &db,  &a,  &b,   &res,
+                  &ln, &mean, &rstd, &lw, &lb, &rout, &rsd, &res2, &pb,   &out2, &pre2, &act2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
@@ -489,7 +503,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_sumsq(s);
         test_step_scalars(s);
     }
-    // the LayerNorm backward at each count of vectors a lane holds (1-6 bf16, 1-6 fp32) and past it
+    // the LayerNorm backward at each count of vectors a lane holds (2-7 bf16, 3-7 fp32) and past it
     for (int C = 264; C <= 2056; C += 256) test_layernorm((shape){2, 37, C, 1});
     // the products again with their algorithms chosen by timing (gemm_autotune), in a backend
     // whose cache is empty: the timed runs leave every output as the CPU's (dw and dbias are

@@ -339,7 +339,8 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
 
 #define MLP_FWD_SITE 9 // the fc layer's site (slots 27-29), the fcproj layer's next (30-32)
 
-// mlp_forward with act not kept under delayed scaling, two steps. The first runs the plain ops (the
+// mlp_forward with act not kept and the residual add (res + the MLP, res as the fcproj product's C)
+// under delayed scaling, two steps. The first runs the plain ops (the
 // fcproj layer's input slot has no history yet): act is written in bf16, act0, and its copy scaled by
 // its amax. The second, on inputs times 0.6, hands the GELU's output to the fcproj product in FP8:
 // act must stay unwritten (NaN), and out must match the fp32 ops on the operands rounded with the
@@ -353,6 +354,7 @@ static void test_mlp_forward(int N, int C, int OC) {
     buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt), fcb = b_randn((size_t)OC, 0.5f, dt);
     buf projw = b_randn((size_t)C * OC, 0.2f, dt), projb = b_randn((size_t)C, 0.5f, dt);
     buf out = b_nans((size_t)N * C, dt), pre = b_nans((size_t)N * OC, dt), act = b_nans((size_t)N * OC, dt);
+    buf res = b_randn((size_t)N * C, 4, dt);
     float *x1 = loom_xmalloc(inp.n * 4), *act0 = loom_xmalloc(act.n * 4);
     for (size_t i = 0; i < inp.n; i++) x1[i] = 0.6f * inp.h[i];
     buf inp1 = b_from(x1, inp.n, dt);
@@ -360,7 +362,7 @@ static void test_mlp_forward(int N, int C, int OC) {
     for (int step = 0; step < 2; step++) {
         gpu->fp8_begin(gpu);
         gpu->mlp_forward(gpu, DV(out, N, C), DV(pre, N, OC), DV(act, N, OC), false, DV(step ? inp1 : inp, N, C),
-                         DV(fcw, OC, C), DV(fcb, OC), DV(projw, C, OC), DV(projb, C));
+                         DV(fcw, OC, C), DV(fcb, OC), DV(projw, C, OC), DV(projb, C), DV(res, N, C));
         if (step == 0) download_as(act0, act.d, act.n, dt), upload_as(act.d, act.h, act.n, dt); // NaN again
         gpu->fp8_roll(gpu);
     }
@@ -374,15 +376,15 @@ static void test_mlp_forward(int N, int C, int OC) {
                         HV(fcb, OC));
     cpu->gelu_forward(cpu, LOOM_VIEW(g, F32, N, OC), LOOM_VIEW(want_pre, F32, N, OC));
     float *aq = fp8_view_scaled(g, pre.n, E4M3, E4M3.fmax / amax_of(act0, act.n));
-    cpu->matmul_forward(cpu, LOOM_VIEW(want, F32, N, C), LOOM_VIEW(aq, F32, N, OC), LOOM_VIEW(pq, F32, C, OC),
-                        HV(projb, C));
+    cpu->matmul_residual_forward(cpu, LOOM_VIEW(want, F32, N, C), LOOM_VIEW(aq, F32, N, OC), LOOM_VIEW(pq, F32, C, OC),
+                                 HV(projb, C), HV(res, N, C));
     cpu->mlp_forward(cpu, HV(out, N, C), HV(pre, N, OC), HV(act, N, OC), true, HV(inp1, N, C), HV(fcw, OC, C),
-                     HV(fcb, OC), HV(projw, C, OC), HV(projb, C)); // the plain reference, into the host buffers
+                     HV(fcb, OC), HV(projw, C, OC), HV(projb, C), HV(res, N, C)); // the plain reference, into the host buffers
     check_fp8("fp8 mlp forward pre", pre, want_pre, pre.h, true, s);
     check_fp8_tol("fp8 mlp forward out (GELU output in FP8)", out, want, out.h, true, s, 2e-2, 3);
     float *frees[] = {x1, act0, iq, fq, pq, want_pre, g, want, aq};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++) free(frees[i]);
-    buf *all[] = {&inp, &fcw, &fcb, &projw, &projb, &out, &pre, &act, &inp1};
+    buf *all[] = {&inp, &fcw, &fcb, &projw, &projb, &out, &pre, &act, &inp1, &res};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 

@@ -104,6 +104,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .gelu_forward = cpu_gelu_forward,
         .gelu_backward = cpu_gelu_backward,
         .residual_forward = cpu_residual_forward,
+        .matmul_residual_forward = loom_matmul_residual_forward_ops,
         .matmul_gelu_forward = cpu_matmul_gelu_forward,
         .matmul_gelu_backward = cpu_matmul_gelu_backward,
         .mlp_forward = loom_mlp_forward_ops,

@@ -240,6 +240,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .gelu_forward = cuda_gelu_forward,
         .gelu_backward = cuda_gelu_backward,
         .residual_forward = cuda_residual_forward,
+        .matmul_residual_forward = cuda_matmul_residual_forward,
         .matmul_gelu_forward = cuda_matmul_gelu_forward,
         .matmul_gelu_backward = cuda_matmul_gelu_backward,
         .mlp_forward = cuda_mlp_forward,

@@ -159,12 +159,13 @@ void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf,
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf);
 
 // ---- cuBLASLt products (matmul.cu) ----
-// D (m,n) = op(A) op(B) + beta D, column-major, leading dimensions in elements; A, B and D of
+// D (m,n) = op(A) op(B) + beta C, column-major, leading dimensions in elements; A, B, C and D of
 // the backend's dtype, or A and B in FP8 (scale_a set: fp8.cu), D = scale_a scale_b op(A) op(B)
-// + beta D then.
+// + beta C then. C is D (in place) unless c is set.
 typedef struct {
     const void *a, *b;
     void *d;
+    const void *c; // C at another address than D, with D's layout (a residual added at beta 1); NULL: C is D
     int64_t m, n, k, lda, ldb, ldd;
     bool transa, transb;
     float beta;
@@ -178,7 +179,7 @@ typedef struct {
     bool fast_accum;
     // With FP8 operands, D in E4M3 when set: D = fp8(*scale_d (the product + epilogue)), saturated;
     // the epilogue's bias and aux stay in bf16 (an FP8 output GEMM, as Transformer Engine's).
-    // Needs an aux and beta 0 (cuda_gemm_run hands cuBLASLt the aux as C, unread).
+    // Needs an aux, beta 0 and no c (cuda_gemm_run hands cuBLASLt the aux as C, unread).
     const float *scale_d;
 } cuda_gemm;
 // Runs g and returns CUBLAS_STATUS_SUCCESS, or returns why cuBLASLt has no algorithm for it
@@ -320,12 +321,15 @@ void cuda_attention_merge(loom_backend *be, loom_tensor out, loom_tensor lse, lo
 void cuda_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp);
 void cuda_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor inp, loom_tensor dout);
 void cuda_residual_forward(loom_backend *be, loom_tensor out, loom_tensor a, loom_tensor b);
+void cuda_matmul_residual_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                                  loom_tensor bias, loom_tensor res);
 void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor inp,
                               loom_tensor w, loom_tensor bias);
 void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias,
                                loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor pre);
 void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
-                      loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb);
+                      loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw, loom_tensor projb,
+                      loom_tensor res);
 void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw, loom_tensor dfcb,
                        loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout, loom_tensor inp, loom_tensor fcw,
                        loom_tensor pre, loom_tensor act, bool act_kept, loom_tensor projw);

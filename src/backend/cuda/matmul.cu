@@ -27,7 +27,8 @@
 typedef struct { // what the heuristic's answer depends on (no padding: hashed as bytes)
     int64_t m, n, k, lda, ldb, ldd;
     int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, type_d;
-    uint32_t align_a, align_b, align_d, align_aux;
+    uint32_t align_a, align_b, align_d;
+    uint16_t align_aux, align_c;
 } lt_key;
 
 #define LT_TUNE_CANDIDATES 8 // the heuristic's candidates lt_tune times
@@ -124,8 +125,8 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     // An FP8 D takes C in bf16 at another address (C == D is in place, with one layout for both):
     // the aux's, unread as C at beta 0
     cudaDataType_t type_d = g->scale_d ? CUDA_R_8F_E4M3 : type;
-    LOOM_CHECK(!g->scale_d || (g->aux && g->beta == 0.0f));
-    const void *c = g->scale_d ? g->aux : g->d;
+    LOOM_CHECK(!g->scale_d || (g->aux && g->beta == 0.0f && !g->c));
+    const void *c = g->scale_d ? g->aux : g->c ? g->c : g->d;
     int8_t fast = g->scale_a && g->fast_accum;
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -153,7 +154,8 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type_d, g->m, g->n, g->ldd));
     lt_key key = {g->m, g->n, g->k, g->lda, g->ldb, g->ldd, g->transa, g->transb, (int32_t)g->epilogue,
                   (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, (int32_t)type_d, lt_alignment(g->a),
-                  lt_alignment(g->b), lt_alignment(g->d), g->aux ? lt_alignment(g->aux) : 0};
+                  lt_alignment(g->b), lt_alignment(g->d), (uint16_t)(g->aux ? lt_alignment(g->aux) : 0),
+                  (uint16_t)lt_alignment(c)};
     lt_algo *hit;
     HASH_FIND(hh, cu->algos, &key, sizeof key, hit);
     if (!hit) {
@@ -165,7 +167,7 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
-        lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);
+        lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
         lt_set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
         cublasLtMatmulHeuristicResult_t heur[LT_TUNE_CANDIDATES] = {};
         int found = 0, ask = cu->base.gemm_autotune ? LT_TUNE_CANDIDATES : 1;
@@ -242,36 +244,57 @@ static bool check_forward(loom_backend *be, loom_tensor out, loom_tensor inp, lo
     return bf;
 }
 
-// The forward product out^T (OC,N) = w (OC,C) . inp (N,C) with the bias epilogue (none without a bias)
-static cuda_gemm forward_gemm(loom_tensor out, loom_tensor inp, loom_tensor w, loom_tensor bias) {
+// The forward product out^T (OC,N) = w (OC,C) . inp (N,C) with the bias epilogue (none without a
+// bias), + res (N,OC) as C at beta 1 when res.data
+static cuda_gemm forward_gemm(loom_tensor out, loom_tensor inp, loom_tensor w, loom_tensor bias, loom_tensor res) {
     cuda_gemm g = dense_gemm(w.data, inp.data, out.data, loom_rows(&w), loom_rows(&inp), loom_cols(&inp), true, false,
-                             0.0f);
+                             res.data ? 1.0f : 0.0f);
     g.epilogue = bias.data ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = bias.data;
+    g.c = res.data;
     return g;
 }
 
 // The same with the GELU in the epilogue: out = gelu(pre), pre (the product + bias) kept as the aux
 static cuda_gemm gelu_gemm(loom_tensor out, loom_tensor pre, loom_tensor inp, loom_tensor w, loom_tensor bias) {
-    cuda_gemm g = forward_gemm(out, inp, w, bias);
+    cuda_gemm g = forward_gemm(out, inp, w, bias, loom_tensor{});
     g.epilogue = bias.data ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     g.aux = pre.data;
     return g;
 }
 
-extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp,
-                                    loom_tensor w, loom_tensor bias) {
+// out = inp w^T + bias (+ res when res.data, a separate buffer of out's shape): one product, or
+// where cuBLASLt has no algorithm with the bias or C, the product and the adds as kernels of their own
+static void linear_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w, loom_tensor bias,
+                           loom_tensor res) {
     loom_cuda *cu = cuda_of(be);
     bool bf = check_forward(be, out, inp, w, bias);
     int64_t N = loom_rows(&out), OC = loom_cols(&out);
-    cuda_gemm g = forward_gemm(out, inp, w, bias);
+    if (res.data) LOOM_CHECK(res.data != out.data && cuda_act(be, res) == bf && loom_numel(&res) == N * OC);
+    cuda_gemm g = forward_gemm(out, inp, w, bias, res);
     if (product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
+    if (res.data) {
+        linear_forward(be, out, inp, w, bias, loom_tensor{});
+        cuda_residual_forward(be, out, res, out);
+        return;
+    }
     LOOM_CHECK(bias.data); // no algorithm even without an epilogue
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = NULL;
     must_product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
     add_bias_kernel<<<cuda_blocks(N * OC, 256), 256, 0, cu->stream>>>(out.data, bias.data, N, OC, bf);
     CUDA_LAUNCH_CHECK();
+}
+
+extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp,
+                                    loom_tensor w, loom_tensor bias) {
+    linear_forward(be, out, inp, w, bias, loom_tensor{});
+}
+
+extern "C" void cuda_matmul_residual_forward(loom_backend *be, loom_tensor out, loom_tensor inp, loom_tensor w,
+                                             loom_tensor bias, loom_tensor res) {
+    LOOM_CHECK(res.data);
+    linear_forward(be, out, inp, w, bias, res);
 }
 
 extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor pre,
@@ -289,14 +312,15 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
 // (cuda_fp8_mlp_forward); otherwise, or where that declines, the two plain ops.
 extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
                                  loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw,
-                                 loom_tensor projb) {
+                                 loom_tensor projb, loom_tensor res) {
     if (be->fp8 && !act_kept) { // (fp8: a bf16 backend)
         check_forward(be, pre, inp, fcw, fcb);
         check_forward(be, out, act, projw, projb);
-        cuda_gemm gf = gelu_gemm(act, pre, inp, fcw, fcb), gp = forward_gemm(out, act, projw, projb);
+        if (res.data) LOOM_CHECK(res.data != out.data && cuda_act(be, res) && loom_numel(&res) == loom_numel(&out));
+        cuda_gemm gf = gelu_gemm(act, pre, inp, fcw, fcb), gp = forward_gemm(out, act, projw, projb, res);
         if (cuda_fp8_mlp_forward(cuda_of(be), &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
     }
-    loom_mlp_forward_ops(be, out, pre, act, act_kept, inp, fcw, fcb, projw, projb);
+    loom_mlp_forward_ops(be, out, pre, act, act_kept, inp, fcw, fcb, projw, projb, res);
 }
 
 // The dinp product dinp (N,C) = dout (N,OC) @ w (OC,C) and the dw product dw (OC,C) += dout^T inp
