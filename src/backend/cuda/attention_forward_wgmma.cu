@@ -14,9 +14,9 @@
 //   (m in raw score units, the scale folded into one FMA: P = 2^(S c - m' c), c = log2(e)/sqrt(HS))
 //   O = O 2^((m-m') c) + P V (P rounded to bf16 as the register A operand; V N-major)
 // then O /= l, lse = m / sqrt(HS) + ln l (a row that saw no key: O = 0, lse = -inf), stored from
-// the accumulator registers; rows past Tq are not stored. The warpgroups take turns to issue a
+// the accumulator registers; rows outside [0, Tq) are not stored. The warpgroups take turns to issue a
 // tile's products (FlashAttention-3's warpgroup scheduling barriers: FW_TURN), so that one's
-// softmax runs while another's products do. Rows past Tq and keys past Tk arrive as
+// softmax runs while another's products do. Rows outside [0, Tq) and keys past Tk arrive as
 // zeros (the tensor maps' bounds), and are masked.
 #include "backend/cuda/attention_wgmma.cuh"
 
@@ -34,10 +34,14 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
     constexpr int NWG = fw_nwg(HS), ROWS = 64 * NWG; // consumer warpgroups, an item's query rows
     const fw_smem<HS> sm(fw_raw);
     int Tq = d.Tq, ntiles = (Tq + ROWS - 1) / ROWS, total = ntiles * d.B * d.NH;
-    // an item's copies: its Q tile (rows q0..), then the K and V tiles its last row sees
+    // an item's copies: its Q tile (rows q0..), then the K and V tiles its last row sees. Tiles end
+    // at Tq, so that where ROWS does not divide Tq the ragged tile is the first (from row Tq -
+    // ntiles ROWS < 0: rows before 0 arrive as zeros, see nothing under the causal mask and are not
+    // stored), which the mask leaves one key tile, not the last, which would stream every key
+    // with only some of its warpgroups at work (gpt2's T = 1024 at hs 64: 5 1/3 tiles of 192 rows).
     auto plan = [&](int item) {
         att_place p = att_tile_at(d, item, ntiles, true);
-        int h = p.bh % d.NH, q0 = p.tile * ROWS, kcol = d.ldk - 2 * d.C + h * HS;
+        int h = p.bh % d.NH, q0 = Tq - (ntiles - p.tile) * ROWS, kcol = d.ldk - 2 * d.C + h * HS;
         int nkt = att_key_tiles(d, q0, ROWS, FW_KEYS);
         return att_job{{{&mq, h * HS}, {}}, {{&mkv, kcol}, {&mkv, kcol + d.C}}, q0, 0, nkt, p.bh / d.NH};
     };
@@ -165,7 +169,7 @@ attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __g
             L += __shfl_xor_sync(0xffffffffu, L, 2);
             inv[r] = L > 0.0f ? 1.0f / L : 0.0f; // a row that saw no key: O = 0
             int row = rw + 8 * r;
-            if (t == 0 && row < Tq) lse[(int64_t)p.bh * Tq + row] = L > 0.0f ? (m[r] * sl2 + __log2f(L)) * ATT_LN2 : -INFINITY;
+            if (t == 0 && row >= 0 && row < Tq) lse[(int64_t)p.bh * Tq + row] = L > 0.0f ? (m[r] * sl2 + __log2f(L)) * ATT_LN2 : -INFINITY;
         }
         att_store<HS>(out + p.o, d.C, o, inv, r0, Tq, false);
     }

@@ -272,7 +272,7 @@ __device__ __forceinline__ void att_colsum16(float *dst, const float (&acc)[HS /
         if (i % 8 == lane / 4) *(float2 *)(dst + 8 * i + 2 * (lane % 4)) = make_float2(s[2 * i], s[2 * i + 1]);
 }
 
-// Stores the thread's two rows (att_wg_row(row0) and + 8, those < T) of a 64 x HS accumulator,
+// Stores the thread's two rows (att_wg_row(row0) and + 8, those in [0, T)) of a 64 x HS accumulator,
 // times `scale`, as bf16 into dst (row stride ld), or with `add` added to what dst holds.
 template <int HS>
 __device__ __forceinline__ void att_store(bf16 *dst, int64_t ld, const float (&acc)[HS / 2], const float scale[2],
@@ -281,7 +281,7 @@ __device__ __forceinline__ void att_store(bf16 *dst, int64_t ld, const float (&a
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int row = rw + 8 * r;
-        if (row >= T) continue;
+        if (row < 0 || row >= T) continue;
 #pragma unroll
         for (int i = 0; i < HS / 8; i++) {
             __nv_bfloat162 *p = reinterpret_cast<__nv_bfloat162 *>(dst + (int64_t)row * ld + 8 * i + 2 * t);
