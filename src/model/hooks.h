@@ -25,7 +25,9 @@
 //       cross-entropy), with the contract of loom_backend.softmax_crossentropy on the local
 //       columns [vocab_start, vocab_start + Vl) of the padded vocabulary;
 //   gather_vocab: a row of local logits (1,Vl) into all Vp logits on the host (sampling).
-// With no points set (one device) every point is the identity and the fused op computes the loss.
+// With no points set (one device) every point is the identity and the fused op computes the loss;
+// without a reduce point the model adds the residuals inside the row-parallel layers' products
+// (the backend's matmul_residual_forward and mlp_forward's res), which with one it adds after it.
 //
 // Context-parallel points (ring attention, Liu et al. 2023; DeepSpeed-Ulysses, Jacobs et al.
 // 2023): the sequences of a micro-batch are split into `chunks` equal chunks and this rank holds
