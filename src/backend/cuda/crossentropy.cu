@@ -104,17 +104,18 @@ template <typename T, int W>
 __device__ __forceinline__ void block_backward(T *z, const T *src, int64_t Vp, int V, int tgt,
                                                bool valid, float dloss, float m, float logs) {
     float x[W], dl = valid ? dloss : NAN, c = logs * CE_LOG2E;
+    auto prob = [&](float v) { return ce_exp2(fmaf(v - m, CE_LOG2E, -c)); }; // exp(v - lse)
     for (int j0 = threadIdx.x * W; j0 < Vp; j0 += CE_THREADS * W) {
         if (j0 + W <= V && (unsigned)(tgt - j0) >= (unsigned)W) {
             vload<T, W>(x, src + j0);
 #pragma unroll
-            for (int k = 0; k < W; k++) x[k] = dl * ce_exp2(fmaf(x[k] - m, CE_LOG2E, -c));
+            for (int k = 0; k < W; k++) x[k] = dl * prob(x[k]);
         } else { // the vector with the target, or past V
             if (j0 < V) vload<T, W>(x, src + j0); // past V only zeros are written
 #pragma unroll
             for (int k = 0; k < W; k++) {
                 int j = j0 + k;
-                x[k] = j >= V ? 0.0f : dl * (ce_exp2(fmaf(x[k] - m, CE_LOG2E, -c)) - (j == tgt ? 1.0f : 0.0f));
+                x[k] = j >= V ? 0.0f : dl * (prob(x[k]) - (j == tgt ? 1.0f : 0.0f));
             }
         }
         vstore<T, W>(z + j0, x);

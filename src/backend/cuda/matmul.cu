@@ -244,6 +244,12 @@ static bool check_forward(loom_backend *be, loom_tensor out, loom_tensor inp, lo
     return bf;
 }
 
+// A residual added to a linear layer's output out: none (res.data NULL), or a separate buffer of
+// out's shape and dtype (bf: whether it is bf16)
+static void check_residual(loom_backend *be, loom_tensor out, loom_tensor res, bool bf) {
+    if (res.data) LOOM_CHECK(res.data != out.data && cuda_act(be, res) == bf && loom_numel(&res) == loom_numel(&out));
+}
+
 // The forward product out^T (OC,N) = w (OC,C) . inp (N,C) with the bias epilogue (none without a
 // bias), + res (N,OC) as C at beta 1 when res.data
 static cuda_gemm forward_gemm(loom_tensor out, loom_tensor inp, loom_tensor w, loom_tensor bias, loom_tensor res) {
@@ -270,7 +276,7 @@ static void linear_forward(loom_backend *be, loom_tensor out, loom_tensor inp, l
     loom_cuda *cu = cuda_of(be);
     bool bf = check_forward(be, out, inp, w, bias);
     int64_t N = loom_rows(&out), OC = loom_cols(&out);
-    if (res.data) LOOM_CHECK(res.data != out.data && cuda_act(be, res) == bf && loom_numel(&res) == N * OC);
+    check_residual(be, out, res, bf);
     cuda_gemm g = forward_gemm(out, inp, w, bias, res);
     if (product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT) == CUBLAS_STATUS_SUCCESS) return;
     if (res.data) {
@@ -315,8 +321,7 @@ extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor 
                                  loom_tensor projb, loom_tensor res) {
     if (be->fp8 && !act_kept) { // (fp8: a bf16 backend)
         check_forward(be, pre, inp, fcw, fcb);
-        check_forward(be, out, act, projw, projb);
-        if (res.data) LOOM_CHECK(res.data != out.data && cuda_act(be, res) && loom_numel(&res) == loom_numel(&out));
+        check_residual(be, out, res, check_forward(be, out, act, projw, projb));
         cuda_gemm gf = gelu_gemm(act, pre, inp, fcw, fcb), gp = forward_gemm(out, act, projw, projb, res);
         if (cuda_fp8_mlp_forward(cuda_of(be), &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
     }
