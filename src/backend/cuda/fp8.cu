@@ -92,9 +92,9 @@ __device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t 
 
 // The 8x8 block at (r, c) of the values that cast OP converts from src (R,K) (and pre), times s,
 // into rows (R,K) and cols (K,R), each where not NULL; returns their largest |x| (NaN ignored),
-// and their 8 column sums in cs (rows in order). The thread's 8 row loads (16 with pre) are in
-// flight at once; cols takes the block transposed in registers.
-template <int OP>
+// and with SUMS their 8 column sums added to cs (rows in order). The thread's 8 row loads (16 with
+// pre) are in flight at once; cols takes the block transposed in registers.
+template <int OP, bool SUMS>
 __device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, float *cs, const __nv_bfloat16 *src,
                                                 const __nv_bfloat16 *pre, int64_t r, int64_t c, int64_t R, int64_t K,
                                                 float s, __nv_fp8_interpretation_t fmt) {
@@ -111,7 +111,7 @@ __device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, fl
         float x[FP8_VEC];
         m = convert8<OP>(x, v[k], p[k], m);
 #pragma unroll
-        for (int e = 0; e < FP8_VEC; e++) cs[e] += x[e];
+        for (int e = 0; SUMS && e < FP8_VEC; e++) cs[e] += x[e];
         uint2 q = fp8_pack(x, s, fmt);
         lo[k] = q.x, hi[k] = q.y;
         if (rows) *(uint2 *)(rows + (r + k) * K + c) = q;
@@ -150,13 +150,13 @@ __device__ __forceinline__ void tile_block(int64_t tr, int64_t tc, int64_t &r, i
 // R and K multiples of 8, 16-byte aligned, into rows (R,K) and cols (K,R) (its transpose), each
 // where not NULL, with s from cast_scale; *record (when not NULL) raised to the largest |y| (fp32
 // bits);
-// colpart (when not NULL; (gridDim.x, K) fp32) the column sums of the block's FP8_TILE_R rows,
+// colpart (with SUMS; (gridDim.x, K) fp32) the column sums of the block's FP8_TILE_R rows,
 // added in a fixed order (a thread's rows in order, then its warp's lanes by a butterfly, then
 // the warps along the rows in order).
 // A thread converts an 8x8 block: the 4 threads of a warp along the columns read 64 contiguous
 // bytes a row and write 32 to rows, the 8 along the rows write 64 contiguous bytes a cols row,
 // so no sector is part-used and no shared memory is needed for the copies.
-template <int OP>
+template <int OP, bool SUMS>
 __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src,
                                 const __nv_bfloat16 *pre, int64_t R, int64_t K, bool e5m2, const unsigned *amax,
                                 const float *scale, unsigned *record, float *colpart) {
@@ -168,9 +168,10 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     int64_t r, c;
     tile_block(blockIdx.x, blockIdx.y, r, c);
     float cs[FP8_VEC] = {};
-    float m = r < R && c < K ? quantize_block<OP>(rows, cols, cs, src, pre, r, c, R, K, s, e5m2 ? __NV_E5M2 : __NV_E4M3)
+    float m = r < R && c < K ? quantize_block<OP, SUMS>(rows, cols, cs, src, pre, r, c, R, K, s,
+                                                       e5m2 ? __NV_E5M2 : __NV_E4M3)
                              : 0.0f;
-    if (colpart) { // the same for the whole grid, as record
+    if (SUMS) { // the same for the whole grid, as record
 #pragma unroll
         for (int j = 0; j < FP8_VEC; j++) // over the lanes along the rows
             for (int o = XS; o < 32; o <<= 1) cs[j] += __shfl_xor_sync(0xffffffffu, cs[j], o);
@@ -219,7 +220,7 @@ __global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
     int64_t r, c;
     tile_block(t / w.tiles_k, t % w.tiles_k, r, c);
     float cs[FP8_VEC] = {}, s = *w.scale;
-    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS>(w.rows, w.cols, cs, (const __nv_bfloat16 *)w.src, NULL,
+    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS, false>(w.rows, w.cols, cs, (const __nv_bfloat16 *)w.src, NULL,
                                                              r, c, w.R, w.K, s, __NV_E4M3)
                                  : 0.0f;
     record_max<FP8_THREADS>(m, w.record);
@@ -284,9 +285,10 @@ static void quantize_launch(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cas
         return;
     }
     dim3 grid((unsigned)quantize_chunks(R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
-    quantize_kernel<OP><<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src.x,
-                                                              (const __nv_bfloat16 *)src.pre, R, K, e5m2, amax,
-                                                              c.scale, c.record, colpart);
+    auto kernel = colpart ? quantize_kernel<OP, true> : quantize_kernel<OP, false>;
+    kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src.x,
+                                                 (const __nv_bfloat16 *)src.pre, R, K, e5m2, amax, c.scale, c.record,
+                                                 colpart);
     CUDA_LAUNCH_CHECK();
 }
 
