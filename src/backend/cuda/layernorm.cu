@@ -3,8 +3,8 @@
 //   forward:  mean = sum(x)/C; rstd = 1/sqrt(sum((x-mean)^2)/C + eps); out = (x-mean)*rstd*w + b
 //   backward: n = (x-mean)*rstd, g = w*dout:
 //             dinp += (g - mean(g) - n*mean(g*n)) * rstd;  dw += sum_rows n*dout;  db += sum_rows dout
-// One warp per row, 16-byte vectors along it (vec.cuh); in the forward the row stays in L1
-// between the passes. residual_layernorm_forward is the forward kernel with the residual add in
+// One warp per row, 16-byte vectors along it (vec.cuh); in the forward the row stays in the
+// lanes' registers between the passes up to C = 1024 (bf16), and in L1 beyond. residual_layernorm_forward is the forward kernel with the residual add in
 // its first pass.
 // The backward is one kernel: a block per fixed row chunk (cuda_row_chunk), whose warps take its
 // rows in turn and keep their own dw/db sums in shared memory (a lane always owns the same
@@ -25,19 +25,53 @@ typedef __nv_bfloat16 bf16;
 #define LN_BWD_HELD_WARPS 8          // the same holding the row (~100 registers at gpt2's C: 2 blocks an SM; 154 at 7 vectors: 1)
 #define LN_BWD_SMEM_MAX (200 << 10)  // bytes of shared memory per backward block at most
 #define LN_BWD_HELD 7                // backward: 16-byte vectors of a row a lane holds at most
+#define LN_FWD_HELD 4                // forward: the same (C <= 1024 in bf16; 8 was slower at gpt2-xl's 1600)
+
+// The code with NV, the vectors a lane holds, as a constant: LN_FWD_HELD where `held`, else 0
+// (the row read in each pass)
+#define LN_HELD_DISPATCH(held, ...)                                                        \
+    do {                                                                                   \
+        if (held) {                                                                        \
+            constexpr int NV = LN_FWD_HELD;                                                \
+            __VA_ARGS__;                                                                   \
+        } else {                                                                           \
+            constexpr int NV = 0;                                                          \
+            __VA_ARGS__;                                                                   \
+        }                                                                                  \
+    } while (0)
 
 // Row `row` of out (N,C), mean (N), rstd (N) from x (N,C), w (C), b (C), by one warp; each vector
 // of W outputs goes to sink(c, v) as well once stored (v as computed, before rounding to T; the
 // sink may overwrite it).
 // With RES, x is first written as ra + rb (rounded to T, as the plain residual add stores it; x
 // may alias ra or rb: each lane reads back only what it wrote).
-template <typename T, int W, bool RES, typename Sink>
+// A lane takes the vectors of W elements from columns lane W, (lane + 32) W, ... With NV > 0 (C <=
+// 32 W NV) it holds them in registers across the three passes (mean, variance, output); with NV =
+// 0 (any C) it reads the row again in each pass, from L1. Both sum in the same order, so they give
+// the same bits. Holding the row takes the reloads' instructions out: the kernel was bound by
+// its issue slots (70% busy at gpt2's C = 768 in bf16, 2.9 TB/s; ncu, H200).
+template <typename T, int W, int NV, bool RES, typename Sink>
 __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, T *x, const T *ra, const T *rb,
                                               const T *w, const T *b, int64_t row, int C, Sink sink) {
     int lane = threadIdx.x % 32;
     x += row * C;
-    float s = 0.0f, v[W];
-    for (int c = lane * W; c < C; c += 32 * W) {
+    float h[NV > 0 ? NV : 1][W]; // the lane's vectors of the row (NV = 0: the one at hand)
+    // f(v, c) for each vector of the lane from column c, v its values (read from x first, with
+    // NV = 0, where `reload`)
+    auto each = [&](bool reload, auto &&f) {
+        if constexpr (NV > 0) {
+#pragma unroll
+            for (int i = 0; i < NV; i++)
+                if ((lane + 32 * i) * W < C) f(h[i], (lane + 32 * i) * W);
+        } else {
+            for (int c = lane * W; c < C; c += 32 * W) {
+                if (reload) vload<T, W>(h[0], x + c);
+                f(h[0], c);
+            }
+        }
+    };
+    float s = 0.0f;
+    each(false, [&](float(&v)[W], int c) {
         if constexpr (RES) {
             float u[W];
             vload<T, W>(v, ra + row * C + c);
@@ -50,24 +84,22 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
         }
 #pragma unroll
         for (int k = 0; k < W; k++) s += v[k];
-    }
+    });
     float m = warp_sum(s) / (float)C, var = 0.0f;
-    for (int c = lane * W; c < C; c += 32 * W) {
-        vload<T, W>(v, x + c);
+    each(true, [&](float(&v)[W], int) {
 #pragma unroll
         for (int k = 0; k < W; k++) var += (v[k] - m) * (v[k] - m);
-    }
+    });
     float r = 1.0f / sqrtf(warp_sum(var) / (float)C + LN_EPS);
-    for (int c = lane * W; c < C; c += 32 * W) {
+    each(true, [&](float(&v)[W], int c) {
         float wv[W], bv[W];
-        vload<T, W>(v, x + c);
         vload<T, W>(wv, w + c);
         vload<T, W>(bv, b + c);
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = (v[k] - m) * r * wv[k] + bv[k];
         vstore<T, W>(out + row * C + c, v);
         sink(c, v);
-    }
+    });
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -75,25 +107,26 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
 }
 
 // layernorm_row for each row, one warp a row
-template <typename T, int W, bool RES>
+template <typename T, int W, int NV, bool RES>
 __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x, const T *ra, const T *rb,
                                          const T *w, const T *b, int64_t N, int C) {
     int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    if (row < N) layernorm_row<T, W, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [](int, float *) {});
+    if (row < N) layernorm_row<T, W, NV, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [](int, float *) {});
 }
 
 // The same in bf16 vectors with the output's E4M3 copy rows8 (N,C) (cuda_fp8_ln_out): fp8(y s)
 // of each bf16 output y, as fp8.cu's casts convert it, s = *scale, and *record raised to the
-// largest |y|. 6 blocks an SM (40 registers; 44 unbounded would leave 5).
-template <bool RES>
-__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK, 6)
+// largest |y|. 6 blocks an SM where the row is not held (40 registers; 44 unbounded would leave 5),
+// 4 where it is (62).
+template <int NV, bool RES>
+__global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK, NV > 0 ? 4 : 6)
     layernorm_fp8_kernel(bf16 *out, float *mean, float *rstd, bf16 *x, const bf16 *ra, const bf16 *rb, const bf16 *w,
                          const bf16 *b, int64_t N, int C, uint8_t *rows8, const float *scale, unsigned *record) {
     int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     float s = *scale, amax = 0.0f;
     uint8_t *r8 = rows8 + row * C;
     if (row < N)
-        layernorm_row<bf16, FP8_VEC, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [&](int c, float *v) {
+        layernorm_row<bf16, FP8_VEC, NV, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [&](int c, float *v) {
 #pragma unroll
             for (int k = 0; k < FP8_VEC; k++) v[k] = to_f32(from_f32<bf16>(v[k])), amax = fmaxf(amax, fabsf(v[k]));
             *(uint2 *)(r8 + c) = fp8_pack(v, s, __NV_E4M3);
@@ -237,21 +270,25 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
     loom_cuda *cu = cuda_of(be);
     cuda_fp8_ln_out f = cuda_fp8_kept_begin(cu, out.data, N, C, bf && vec && C % 16 == 0);
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    auto held = [&](int w) { return w > 1 && C <= 32 * w * LN_FWD_HELD; }; // whether a lane holds its vectors
     if (f.rows) {
-        auto kernel = fused ? layernorm_fp8_kernel<true> : layernorm_fp8_kernel<false>;
-        kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
-            (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
-            (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale, f.record);
-        CUDA_LAUNCH_CHECK();
+        LN_HELD_DISPATCH(held(FP8_VEC), {
+            auto kernel = fused ? layernorm_fp8_kernel<NV, true> : layernorm_fp8_kernel<NV, false>;
+            kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
+                (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
+                (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale,
+                f.record);
+            CUDA_LAUNCH_CHECK();
+        });
         return;
     }
-    CUDA_DISPATCH(bf, vec, {
-        auto kernel = fused ? layernorm_forward_kernel<T, W, true> : layernorm_forward_kernel<T, W, false>;
+    CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(held(W), {
+        auto kernel = fused ? layernorm_forward_kernel<T, W, NV, true> : layernorm_forward_kernel<T, W, NV, false>;
         kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
             (T *)out.data, cuda_f32(mean), cuda_f32(rstd), (T *)res.data, (const T *)a.data,
             (const T *)b.data, (const T *)w.data, (const T *)bias.data, N, (int)C);
         CUDA_LAUNCH_CHECK();
-    });
+    }));
 }
 
 extern "C" void cuda_layernorm_forward(loom_backend *be, loom_tensor out, loom_tensor mean,
