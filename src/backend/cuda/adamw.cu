@@ -39,6 +39,7 @@ __device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t bits)
 template <typename T, int W>
 __global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, float *v, int64_t nv,
                              loom_adamw_args a, float bc1, float bc2) {
+    cuda_pdl_begin();
     if (const loom_step_scalars *s = a.scalars) { // this step's values
         if (s->skip) return;
         a.lr = s->lr, a.grad_scale = s->grad_scale, a.t = s->t, bc1 = s->bc1, bc2 = s->bc2;
@@ -84,15 +85,15 @@ extern "C" void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tens
           bc2 = args.scalars ? 0.0f : loom_adamw_bias(args.beta2, args.t);
     bool vec = cuda_vec_ok(bf, n, param.data, mp, grad.data, m.data, v.data);
     CUDA_DISPATCH(bf, vec, {
-        adamw_kernel<T, W><<<cuda_blocks(n / W, ADAMW_THREADS), ADAMW_THREADS, 0, cuda_of(be)->stream>>>(
-            (T *)param.data, mp, (const T *)grad.data, cuda_f32(m), cuda_f32(v), n / W, args, bc1, bc2);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cuda_of(be)->stream, adamw_kernel<T, W>, cuda_blocks(n / W, ADAMW_THREADS), ADAMW_THREADS, 0,
+                    (T *)param.data, mp, (const T *)grad.data, cuda_f32(m), cuda_f32(v), n / W, args, bc1, bc2);
     });
 }
 
 // The device's part of sc (backend.h's step_scalars): one block; every thread checks its share
 // of the losses, thread 0 the norm, and derives the clipping factor as the host does.
 __global__ void step_scalars_kernel(loom_step_scalars *sc, const float *losses, int64_t n, float max_norm) {
+    cuda_pdl_begin();
     bool finite = true;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) finite = finite && isfinite(losses[i]);
     finite = __syncthreads_and(finite);
@@ -103,7 +104,6 @@ __global__ void step_scalars_kernel(loom_step_scalars *sc, const float *losses, 
 }
 
 extern "C" void cuda_step_scalars(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm) {
-    step_scalars_kernel<<<1, ADAMW_THREADS, 0, cuda_of(be)->stream>>>(sc, cuda_f32(losses), loom_numel(&losses),
-                                                                      max_norm);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cuda_of(be)->stream, step_scalars_kernel, 1, ADAMW_THREADS, 0, sc, cuda_f32(losses),
+                loom_numel(&losses), max_norm);
 }

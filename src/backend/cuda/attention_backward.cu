@@ -19,6 +19,7 @@
 // D (B,NH,Tq): one warp per (b, h, i)
 __global__ void attention_backward_d_kernel(float *D, const void *dout, const void *out, int T, int NH, int hs,
                                             int64_t rows, bool bf) {
+    cuda_pdl_begin();
     int64_t r = (int64_t)blockIdx.x * AB_WARPS + threadIdx.x / 32;
     if (r >= rows) return;
     int lane = threadIdx.x % 32, i = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
@@ -47,6 +48,7 @@ struct ab_args {
 
 // One warp per query row i: dq_i. Shared per warp: q_i, dO_i, the dq accumulator, 32 dS values.
 __global__ void attention_backward_dq_simple_kernel(ab_args a) {
+    cuda_pdl_begin();
     extern __shared__ float ab_smem[];
     const attn_dims &d = a.d;
     att_place w = att_row_place(d, AB_WARPS);
@@ -87,6 +89,7 @@ __global__ void attention_backward_dq_simple_kernel(ab_args a) {
 // One warp per key row j: dk_j and dv_j. Shared per warp: k_j, v_j, two accumulators, 32 P and
 // 32 dS values.
 __global__ void attention_backward_dkv_simple_kernel(ab_args a) {
+    cuda_pdl_begin();
     extern __shared__ float ab_smem[];
     const attn_dims &d = a.d;
     att_place w = att_row_place(d, AB_WARPS);
@@ -162,18 +165,17 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
         return;
     }
     float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));
-    attention_backward_d_kernel<<<(unsigned)((rows + AB_WARPS - 1) / AB_WARPS), 32 * AB_WARPS, 0, cu->stream>>>(
-        D, dout.data, out.data, d.Tq, d.NH, d.hs, rows, bf);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_backward_d_kernel, (unsigned)((rows + AB_WARPS - 1) / AB_WARPS), 32 * AB_WARPS, 0,
+                D, dout.data, out.data, d.Tq, d.NH, d.hs, rows, bf);
     LOOM_CHECK(d.hs <= AB_MAX_HS);
     ab_args a = {dq.data, dkv.data, dout.data, q.data, kv.data, l, D, d, 1.0f / sqrtf((float)d.hs), bf};
     unsigned BNH = (unsigned)(d.B * d.NH);
-    attention_backward_dq_simple_kernel<<<dim3((unsigned)((d.Tq + AB_WARPS - 1) / AB_WARPS), BNH), 32 * AB_WARPS,
-                                          (size_t)AB_WARPS * (3 * d.hs + 32) * sizeof(float), cu->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
-    attention_backward_dkv_simple_kernel<<<dim3((unsigned)((d.Tk + AB_WARPS - 1) / AB_WARPS), BNH), 32 * AB_WARPS,
-                                           (size_t)AB_WARPS * (4 * d.hs + 64) * sizeof(float), cu->stream>>>(a);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_backward_dq_simple_kernel,
+                dim3((unsigned)((d.Tq + AB_WARPS - 1) / AB_WARPS), BNH), 32 * AB_WARPS,
+                (size_t)AB_WARPS * (3 * d.hs + 32) * sizeof(float), a);
+    cuda_launch(cu->stream, attention_backward_dkv_simple_kernel,
+                dim3((unsigned)((d.Tk + AB_WARPS - 1) / AB_WARPS), BNH), 32 * AB_WARPS,
+                (size_t)AB_WARPS * (4 * d.hs + 64) * sizeof(float), a);
     if (dbias.data) { // written (not accumulated): the column sums of dq's q columns, then of dkv's k, v columns
         size_t es = bf ? 2 : 4;
         cuda_column_sums(cu, dbias.data, dq.data, (int64_t)d.B * d.Tq, d.C, d.ldq, bf);

@@ -102,6 +102,7 @@ __device__ __forceinline__ float bw_neg_lse2(float lse) { return lse == -INFINIT
 // D and nl of row (bh, i) for i < Tp, two threads a row (each half of dO . O); the dQ order
 // counters zeroed.
 template <int HS> __global__ void attention_backward_prep_kernel(bw_args a) {
+    cuda_pdl_begin();
     const attn_dims &d = a.d;
     int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 2;
     int half = threadIdx.x & 1, bh = (int)(r / a.Tp), i = (int)(r % a.Tp);
@@ -206,6 +207,7 @@ template <int HS>
 __global__ void __launch_bounds__(att_threads(BW_NWG), 1)
 attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mdo,
                                     const __grid_constant__ CUtensorMap mkv, bw_args a) {
+    cuda_pdl_begin();
     extern __shared__ unsigned char bw_raw[];
     constexpr int STEP = bw_step(HS);
     const bw_smem<HS> sm(bw_raw);
@@ -394,6 +396,7 @@ attention_backward_dkv_wgmma_kernel(const __grid_constant__ CUtensorMap mq, cons
 // rows of query tiles that no key tile streamed (they see no key) get 0. With bias partials, the
 // column sums of each 16 rows < Tq, over the 8 threads that hold them.
 template <int HS> __global__ void attention_backward_dq_out_kernel(bw_args a) {
+    cuda_pdl_begin();
     constexpr bool COLS = bw_dq_cols(HS);
     constexpr int STEP = bw_step(HS), PER = STEP * HS / 16, N = COLS ? HS / 2 : HS, Q = N / 8; // threads a query tile; a block's columns, quads
     const attn_dims &d = a.d;
@@ -446,8 +449,7 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
     int BNH = d.B * d.NH;
     constexpr int STEP = bw_step(HS);
     int64_t prep_threads = 2 * (int64_t)BNH * a->Tp;
-    attention_backward_prep_kernel<HS><<<(unsigned)((prep_threads + 255) / 256), 256, 0, cu->stream>>>(*a);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_backward_prep_kernel<HS>, (unsigned)((prep_threads + 255) / 256), 256, 0, *a);
     // dkv and the dQ partials: own K and V tiles of 128 rows, streamed Q and dO tiles of STEP
     int smem = (int)bw_smem<HS>::bytes; // over 48 KB: opt in
     CUDA_CHECK(cudaFuncSetAttribute(attention_backward_dkv_wgmma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -456,11 +458,9 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
     CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, STEP);
     CUtensorMap mdo = hopper_tensor_map(a->dout, d.B, d.Tq, d.C, STEP);
     CUtensorMap mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, ATT_WG_ROWS);
-    attention_backward_dkv_wgmma_kernel<HS><<<grid, att_threads(BW_NWG), smem, cu->stream>>>(mq, mdo, mkv, *a);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_backward_dkv_wgmma_kernel<HS>, grid, att_threads(BW_NWG), smem, mq, mdo, mkv, *a);
     int64_t n = (int64_t)BNH * a->mq * STEP * HS / 16; // dq_out: a thread four float4 of the accumulator
-    attention_backward_dq_out_kernel<HS><<<(unsigned)((n + 255) / 256), 256, 0, cu->stream>>>(*a);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_backward_dq_out_kernel<HS>, (unsigned)((n + 255) / 256), 256, 0, *a);
 }
 
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, const bf16 *dout, const bf16 *q,

@@ -19,6 +19,7 @@
 
 __global__ void attention_forward_simple_kernel(void *out, float *lse, const void *q, const void *kv, attn_dims d,
                                                 float scale, bool bf) {
+    cuda_pdl_begin();
     extern __shared__ float as_smem[]; // per warp: q (hs), o (hs), p (32)
     att_place w = att_row_place(d, AS_WARPS);
     int i = w.tile, lane = w.lane, hs = d.hs, C = d.C; // this warp's query row
@@ -70,14 +71,14 @@ extern "C" void cuda_attention_forward(loom_backend *be, loom_tensor out, loom_t
     LOOM_CHECK(d.hs <= AS_MAX_HS);
     dim3 grid((unsigned)((d.Tq + AS_WARPS - 1) / AS_WARPS), (unsigned)(d.B * d.NH));
     size_t smem = (size_t)AS_WARPS * (2 * d.hs + 32) * sizeof(float);
-    attention_forward_simple_kernel<<<grid, 32 * AS_WARPS, smem, cu->stream>>>(
-        out.data, (float *)lse.data, q.data, kv.data, d, 1.0f / sqrtf((float)d.hs), be->dtype == LOOM_BF16);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_forward_simple_kernel, grid, 32 * AS_WARPS, smem, out.data, (float *)lse.data,
+                q.data, kv.data, d, 1.0f / sqrtf((float)d.hs), be->dtype == LOOM_BF16);
 }
 
 // One warp per (b, h, t) row of lse: every lane reads both lse values before lane 0 writes the merged one.
 __global__ void attention_merge_kernel(void *out, float *lse, const void *out_part, const float *lse_part, int T,
                                        int NH, int hs, int64_t rows, bool bf) {
+    cuda_pdl_begin();
     int64_t r = (int64_t)blockIdx.x * AS_WARPS + threadIdx.x / 32;
     if (r >= rows) return;
     int lane = threadIdx.x % 32, t = (int)(r % T), bh = (int)(r / T), b = bh / NH, h = bh % NH;
@@ -98,7 +99,7 @@ extern "C" void cuda_attention_merge(loom_backend *be, loom_tensor out, loom_ten
     bool bf = cuda_act(be, out);
     LOOM_CHECK(cuda_act(be, out_part) == bf && loom_numel(&out_part) == B * T * C);
     LOOM_CHECK(loom_numel(&lse) == rows && loom_numel(&lse_part) == rows);
-    attention_merge_kernel<<<(unsigned)((rows + AS_WARPS - 1) / AS_WARPS), 32 * AS_WARPS, 0, cuda_of(be)->stream>>>(
-        out.data, cuda_f32(lse), out_part.data, cuda_f32(lse_part), (int)T, NH, (int)(C / NH), rows, bf);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cuda_of(be)->stream, attention_merge_kernel, (unsigned)((rows + AS_WARPS - 1) / AS_WARPS),
+                32 * AS_WARPS, 0, out.data, cuda_f32(lse), out_part.data, cuda_f32(lse_part), (int)T, NH, (int)(C / NH),
+                rows, bf);
 }

@@ -30,6 +30,7 @@ template <int HS>
 __global__ void __launch_bounds__(att_threads(fw_nwg(HS)), 1)
 attention_forward_wgmma_kernel(const __grid_constant__ CUtensorMap mq, const __grid_constant__ CUtensorMap mkv,
                                bf16 *out, float *lse, int *counter, attn_dims d, float sl2) {
+    cuda_pdl_begin();
     extern __shared__ unsigned char fw_raw[];
     constexpr int NWG = fw_nwg(HS), ROWS = 64 * NWG; // consumer warpgroups, an item's query rows
     const fw_smem<HS> sm(fw_raw);
@@ -183,9 +184,8 @@ static void launch_forward(loom_cuda *cu, attn_dims d, bf16 *out, float *lse, co
     CUtensorMap mq = hopper_tensor_map(q, d.B, d.Tq, d.ldq, ROWS), mkv = hopper_tensor_map(kv, d.B, d.Tk, d.ldk, FW_KEYS);
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     smem));
-    attention_forward_wgmma_kernel<HS><<<att_grid(cu, total, counter), att_threads(fw_nwg(HS)), smem, cu->stream>>>(
-        mq, mkv, out, lse, counter, d, ATT_LOG2E / sqrtf((float)HS));
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, attention_forward_wgmma_kernel<HS>, att_grid(cu, total, counter), att_threads(fw_nwg(HS)),
+                smem, mq, mkv, out, lse, counter, d, ATT_LOG2E / sqrtf((float)HS));
 }
 
 void attention_forward_wgmma(loom_cuda *cu, attn_dims d, bf16 *out, float *lse, const bf16 *q, const bf16 *kv) {

@@ -129,6 +129,7 @@ __device__ __forceinline__ void block_backward(T *z, const T *src, int64_t Vp, i
 template <typename T, int W, bool CACHED>
 __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *targets, int64_t Vp,
                                     int V, float dloss, bool backward) {
+    cuda_pdl_begin();
     extern __shared__ uint4 ce_row[];
     int64_t row = blockIdx.x;
     T *z = logits + row * Vp;
@@ -163,6 +164,7 @@ __global__ void crossentropy_kernel(float *losses, T *logits, const int32_t *tar
 template <typename T, int W>
 __global__ void crossentropy_partial_kernel(float *partial, const T *logits, const int32_t *targets,
                                             int64_t Vl, int vocab_start, int V, int n) {
+    cuda_pdl_begin();
     int64_t row = blockIdx.x;
     const T *z = logits + row * Vl;
     float m, s;
@@ -178,6 +180,7 @@ __global__ void crossentropy_partial_kernel(float *partial, const T *logits, con
 // one thread a row: the shards' partials (R,N,3) merged in shard order
 __global__ void crossentropy_combine_kernel(float *losses, float *lse, const float *partials,
                                             int64_t N, int R) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, N) {
         float M = -INFINITY, S = 0.0f, zt = 0.0f;
         for (int r = 0; r < R; r++) M = fmaxf(M, partials[(r * N + i) * 3]);
@@ -196,6 +199,7 @@ __global__ void crossentropy_combine_kernel(float *losses, float *lse, const flo
 template <typename T, int W>
 __global__ void crossentropy_backward_kernel(T *logits, const float *lse, const int32_t *targets,
                                              int64_t Vl, int vocab_start, int V, int n, float dloss) {
+    cuda_pdl_begin();
     int64_t row = blockIdx.x;
     T *z = logits + row * Vl;
     int tgt = targets[row];
@@ -218,9 +222,8 @@ extern "C" void cuda_softmax_crossentropy(loom_backend *be, loom_tensor losses, 
             smem = row_bytes;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         }
-        kernel<<<(unsigned)N, CE_THREADS, smem, cuda_of(be)->stream>>>(
-            cuda_f32(losses), (T *)logits.data, cuda_i32(targets), Vp, V, dloss, backward);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cuda_of(be)->stream, kernel, (unsigned)N, CE_THREADS, smem, cuda_f32(losses), (T *)logits.data,
+                    cuda_i32(targets), Vp, V, dloss, backward);
     });
 }
 
@@ -242,9 +245,8 @@ extern "C" void cuda_crossentropy_partial(loom_backend *be, loom_tensor partial,
     LOOM_CHECK(loom_cols(&partial) == 3 && loom_rows(&partial) == N);
     if (!N) return;
     CUDA_DISPATCH(bf, cuda_vec_ok(bf, Vl, logits.data), {
-        crossentropy_partial_kernel<T, W><<<(unsigned)N, CE_THREADS, 0, cuda_of(be)->stream>>>(
-            cuda_f32(partial), (const T *)logits.data, cuda_i32(targets), Vl, vocab_start, V, n);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cuda_of(be)->stream, crossentropy_partial_kernel<T, W>, (unsigned)N, CE_THREADS, 0,
+                    cuda_f32(partial), (const T *)logits.data, cuda_i32(targets), Vl, vocab_start, V, n);
     });
 }
 
@@ -254,9 +256,8 @@ extern "C" void cuda_crossentropy_combine(loom_backend *be, loom_tensor losses, 
     LOOM_CHECK(partials.ndim == 3 && partials.shape[1] == N && partials.shape[2] == 3 &&
                loom_numel(&lse) == N);
     if (!N) return;
-    crossentropy_combine_kernel<<<cuda_blocks(N, 256), 256, 0, cuda_of(be)->stream>>>(
-        cuda_f32(losses), cuda_f32(lse), cuda_f32(partials), N, (int)partials.shape[0]);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cuda_of(be)->stream, crossentropy_combine_kernel, cuda_blocks(N, 256), 256, 0, cuda_f32(losses),
+                cuda_f32(lse), cuda_f32(partials), N, (int)partials.shape[0]);
 }
 
 extern "C" void cuda_crossentropy_backward(loom_backend *be, loom_tensor logits, loom_tensor lse,
@@ -267,8 +268,7 @@ extern "C" void cuda_crossentropy_backward(loom_backend *be, loom_tensor logits,
     LOOM_CHECK(loom_numel(&lse) == N);
     if (!N) return;
     CUDA_DISPATCH(bf, cuda_vec_ok(bf, Vl, logits.data), {
-        crossentropy_backward_kernel<T, W><<<(unsigned)N, CE_THREADS, 0, cuda_of(be)->stream>>>(
-            (T *)logits.data, cuda_f32(lse), cuda_i32(targets), Vl, vocab_start, V, n, dloss);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cuda_of(be)->stream, crossentropy_backward_kernel<T, W>, (unsigned)N, CE_THREADS, 0,
+                    (T *)logits.data, cuda_f32(lse), cuda_i32(targets), Vl, vocab_start, V, n, dloss);
     });
 }

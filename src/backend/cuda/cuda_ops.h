@@ -36,7 +36,32 @@ extern "C" {
                               __LINE__);                                                   \
     } while (0)
 // after every kernel launch
-#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// ---- launches: programmatic dependent launch (Hopper; CUDA C++ Programming Guide, "Programmatic
+// Dependent Launch and Synchronization") ----
+// Every kernel of this backend is launched by cuda_launch, on `stream` with programmatic stream
+// serialization, and begins with cuda_pdl_begin(): it lets the next kernel of the stream launch
+// (`griddepcontrol.launch_dependents`), then waits until the grids before it in the stream have
+// completed and their writes are visible (`griddepcontrol.wait`). So a kernel's blocks are placed
+// on the SMs while the kernel before it finishes, and start at once when it has, where an ordinary
+// launch begins only after it; nothing before the wait touches memory, and a kernel completes
+// only after its wait, so the stream's order holds as before. The kernels of cuBLASLt and CUB, and
+// the memsets and copies, are launched as usual and wait for all that came before them.
+__device__ __forceinline__ void cuda_pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+template <typename... P, typename... A>
+static inline void cuda_launch(cudaStream_t stream, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                               A &&...args) {
+    cudaLaunchAttribute pdl = {};
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {grid, block, smem, stream, &pdl, 1};
+    CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<A &&>(args)...));
+}
 
 // ---- the backend object ----
 typedef struct {

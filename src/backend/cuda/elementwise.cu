@@ -12,6 +12,7 @@
 // nv = number of W-element vectors
 template <typename T, int W>
 __global__ void gelu_forward_kernel(T *out, const T *inp, int64_t nv) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, nv) {
         float x[W];
         vload<T, W>(x, inp + i * W);
@@ -23,6 +24,7 @@ __global__ void gelu_forward_kernel(T *out, const T *inp, int64_t nv) {
 
 template <typename T, int W>
 __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, int64_t nv) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, nv) {
         float x[W], d[W];
         vload<T, W>(x, inp + i * W);
@@ -35,6 +37,7 @@ __global__ void gelu_backward_kernel(T *dinp, const T *inp, const T *dout, int64
 
 template <typename T, int W>
 __global__ void residual_forward_kernel(T *out, const T *a, const T *b, int64_t nv) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, nv) {
         float x[W], y[W];
         vload<T, W>(x, a + i * W);
@@ -60,9 +63,8 @@ static int64_t ew_numel(const loom_backend *be, bool *bf, bool *vec, loom_tensor
 // launches kernel<T, W> over n / W vectors with the arguments cast to T pointers
 #define EW_LAUNCH(kernel, n, bf, vec, ...)                                                 \
     CUDA_DISPATCH(bf, vec, {                                                               \
-        kernel<T, W><<<cuda_blocks((n) / W, EW_THREADS), EW_THREADS, 0, cuda_of(be)->stream>>>( \
-            __VA_ARGS__, (n) / W);                                                         \
-        CUDA_LAUNCH_CHECK();                                                               \
+        cuda_launch(cuda_of(be)->stream, kernel<T, W>, cuda_blocks((n) / W, EW_THREADS),   \
+                    EW_THREADS, 0, __VA_ARGS__, (n) / W);                                  \
     })
 
 extern "C" void cuda_gelu_forward(loom_backend *be, loom_tensor out, loom_tensor inp) {

@@ -25,6 +25,7 @@
 template <typename Tv, int W>
 __global__ void encoder_forward_kernel(Tv *out, const int32_t *tokens, const Tv *wte, const Tv *wpe, int64_t BT,
                                        int T, int C, int vocab_start, int Vl) {
+    cuda_pdl_begin();
     int64_t bt = (int64_t)blockIdx.x * ENC_ROWS + threadIdx.x / 32;
     if (bt >= BT) return;
     int t = (int)(bt % T), tok = tokens[bt], v = cuda_shard_index(tok, vocab_start, Vl);
@@ -47,6 +48,7 @@ __global__ void encoder_forward_kernel(Tv *out, const int32_t *tokens, const Tv 
 // token or a negative one; vals[i] = i
 __global__ void encoder_keys_kernel(uint32_t *keys, int32_t *vals, const int32_t *tokens, int n, int vocab_start,
                                     int Vl) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, n) {
         int v = cuda_shard_index(tokens[i], vocab_start, Vl);
         keys[i] = (uint32_t)(v >= 0 ? v : Vl);
@@ -59,6 +61,7 @@ __global__ void encoder_keys_kernel(uint32_t *keys, int32_t *vals, const int32_t
 __global__ void encoder_backward_wte_kernel(void *dwte, const void *dout, const int32_t *pos, const int32_t *offsets,
                                             const int32_t *counts, const uint32_t *uniq, const int32_t *nruns, int Vl,
                                             int C, bool bf) {
+    cuda_pdl_begin();
     int u = blockIdx.x;
     if (u >= *nruns || uniq[u] == (uint32_t)Vl) return;
     int k0 = offsets[u], k1 = k0 + counts[u];
@@ -73,6 +76,7 @@ __global__ void encoder_backward_wte_kernel(void *dwte, const void *dout, const 
 // dwpe[t, c] += sum over b in order of dout[b, t, c]
 __global__ void encoder_backward_wpe_kernel(void *dwpe, const void *dout, int B, int T, int C,
                                             bool bf) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, (int64_t)T * C) {
         float s = 0.0f;
         for (int b = 0; b < B; b++) s += ldx(dout, (int64_t)b * T * C + i, bf);
@@ -88,11 +92,9 @@ extern "C" void cuda_encoder_forward(loom_backend *be, loom_tensor out, loom_ten
     LOOM_CHECK(loom_numel(&out) == B * Tn * C && loom_cols(&wpe) == C && Tn <= loom_rows(&wpe));
     if (B * Tn * C == 0) return;
     CUDA_DISPATCH(bf, cuda_vec_ok(bf, C, out.data, wte.data, wpe.data), {
-        encoder_forward_kernel<T, W><<<(unsigned)((B * Tn + ENC_ROWS - 1) / ENC_ROWS), 32 * ENC_ROWS, 0,
-                                       cuda_of(be)->stream>>>((T *)out.data, cuda_i32(tokens), (const T *)wte.data,
-                                                              (const T *)wpe.data, B * Tn, (int)Tn, (int)C,
-                                                              vocab_start, (int)loom_rows(&wte));
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cuda_of(be)->stream, encoder_forward_kernel<T, W>, (unsigned)((B * Tn + ENC_ROWS - 1) / ENC_ROWS),
+                    32 * ENC_ROWS, 0, (T *)out.data, cuda_i32(tokens), (const T *)wte.data, (const T *)wpe.data, B * Tn,
+                    (int)Tn, (int)C, vocab_start, (int)loom_rows(&wte));
     });
 }
 
@@ -133,9 +135,8 @@ extern "C" void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_t
     if (!n || !C) return;
     while ((1LL << end_bit) <= Vl) end_bit++; // keys lie in [0, Vl]
     enc_groups g = enc_groups_of(cu, n, end_bit);
-    encoder_keys_kernel<<<cuda_blocks(n, ENC_THREADS), ENC_THREADS, 0, cu->stream>>>(g.keys, g.vals, cuda_i32(tokens),
-                                                                                       n, vocab_start, (int)Vl);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, encoder_keys_kernel, cuda_blocks(n, ENC_THREADS), ENC_THREADS, 0, g.keys, g.vals,
+                cuda_i32(tokens), n, vocab_start, (int)Vl);
     size_t tb = g.temp_bytes;
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(g.temp, tb, g.keys, g.sorted_keys, g.vals, g.pos, n, 0, end_bit,
                                                cu->stream));
@@ -144,10 +145,8 @@ extern "C" void cuda_encoder_backward(loom_backend *be, loom_tensor dwte, loom_t
     CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(g.temp, tb, g.sorted_keys, g.uniq, g.counts, g.nruns, n, cu->stream));
     tb = g.temp_bytes;
     CUDA_CHECK(cub::DeviceScan::ExclusiveSum(g.temp, tb, g.counts, g.offsets, n, cu->stream));
-    encoder_backward_wte_kernel<<<(unsigned)n, ENC_THREADS, 0, cu->stream>>>(
-        dwte.data, dout.data, g.pos, g.offsets, g.counts, g.uniq, g.nruns, (int)Vl, (int)C, bf);
-    CUDA_LAUNCH_CHECK();
-    encoder_backward_wpe_kernel<<<cuda_blocks(T * C, ENC_THREADS), ENC_THREADS, 0, cu->stream>>>(
-        dwpe.data, dout.data, (int)B, (int)T, (int)C, bf);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, encoder_backward_wte_kernel, (unsigned)n, ENC_THREADS, 0, dwte.data, dout.data, g.pos,
+                g.offsets, g.counts, g.uniq, g.nruns, (int)Vl, (int)C, bf);
+    cuda_launch(cu->stream, encoder_backward_wpe_kernel, cuda_blocks(T * C, ENC_THREADS), ENC_THREADS, 0, dwpe.data,
+                dout.data, (int)B, (int)T, (int)C, bf);
 }

@@ -74,6 +74,7 @@ template <int OP> __device__ __forceinline__ float convert8(float *x, uint4 v, u
 // 16-byte aligned, n a multiple of 8: read 8 at a time), as fp32 bits (>= 0: unsigned order is
 // float order); FP8_THREADS a block
 template <int OP> __global__ void amax_kernel(const __nv_bfloat16 *x, const __nv_bfloat16 *pre, int64_t n, unsigned *amax) {
+    cuda_pdl_begin();
     float m = 0.0f, v[FP8_VEC];
     GRID_STRIDE(i, n / FP8_VEC) {
         uint4 u = ((const uint4 *)x)[i];
@@ -160,6 +161,7 @@ template <int OP, bool SUMS>
 __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src,
                                 const __nv_bfloat16 *pre, int64_t R, int64_t K, bool e5m2, const unsigned *amax,
                                 const float *scale, unsigned *record, float *colpart) {
+    cuda_pdl_begin();
     constexpr int RW = FP8_THREADS / 32 / FP8_WARP_COLS; // warps along a block's rows
     __shared__ float sums[RW][FP8_TILE_C];
     float s = cast_scale(inv, e5m2, amax, scale, blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0);
@@ -194,6 +196,7 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
 // quantize_kernel's 2D tiles, which leave their waves part-full at such sizes
 __global__ void quantize_rows_kernel(uint8_t *rows, float *inv, const __nv_bfloat16 *src, int64_t n, bool e5m2,
                                      const unsigned *amax, const float *scale, unsigned *record) {
+    cuda_pdl_begin();
     float s = cast_scale(inv, e5m2, amax, scale, blockIdx.x == 0 && threadIdx.x == 0), m = 0.0f;
     __nv_fp8_interpretation_t fmt = e5m2 ? __NV_E5M2 : __NV_E4M3;
     GRID_STRIDE(i, n / FP8_VEC) {
@@ -209,6 +212,7 @@ __global__ void quantize_rows_kernel(uint8_t *rows, float *inv, const __nv_bfloa
 // whose first is at most b: a binary search), FP8_TILE_R x FP8_TILE_C as quantize_kernel's grid
 // would
 __global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
+    cuda_pdl_begin();
     int lo = 0, hi = n - 1, b = blockIdx.x;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -232,8 +236,7 @@ int cuda_fp8_group_tiles(int R, int K, int *tiles_k) {
 }
 
 void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks) {
-    quantize_group_kernel<<<(unsigned)blocks, FP8_THREADS, 0, cu->stream>>>(g, n);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, quantize_group_kernel, (unsigned)blocks, FP8_THREADS, 0, g, n);
 }
 
 // ---- the casts and the products ----
@@ -248,9 +251,8 @@ static fp8_src as_is(const void *x) { return fp8_src{x, FP8_AS_IS, NULL}; }
 template <int OP>
 static void amax_launch(loom_cuda *cu, fp8_src src, int64_t n, unsigned *amax) {
     unsigned blocks = cuda_blocks(n / FP8_VEC, FP8_THREADS);
-    amax_kernel<OP><<<blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, FP8_THREADS, 0, cu->stream>>>(
-        (const __nv_bfloat16 *)src.x, (const __nv_bfloat16 *)src.pre, n, amax);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, amax_kernel<OP>, blocks < FP8_AMAX_BLOCKS ? blocks : FP8_AMAX_BLOCKS, FP8_THREADS, 0,
+                (const __nv_bfloat16 *)src.x, (const __nv_bfloat16 *)src.pre, n, amax);
 }
 
 template <int OP>
@@ -279,17 +281,14 @@ static void quantize_launch(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cas
     if (!c.scale) amax_launch<OP>(cu, src, R * K, amax);
     if (OP == FP8_AS_IS && !cols && !colpart) { // the rows copy alone: one flat pass, 8 blocks an SM at most
         int64_t blocks = (R * K / FP8_VEC + FP8_THREADS - 1) / FP8_THREADS;
-        quantize_rows_kernel<<<(unsigned)(blocks < 8 * cu->sms ? blocks : 8 * cu->sms), FP8_THREADS, 0, cu->stream>>>(
-            rows, c.inv, (const __nv_bfloat16 *)src.x, R * K, e5m2, amax, c.scale, c.record);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cu->stream, quantize_rows_kernel, (unsigned)(blocks < 8 * cu->sms ? blocks : 8 * cu->sms),
+                    FP8_THREADS, 0, rows, c.inv, (const __nv_bfloat16 *)src.x, R * K, e5m2, amax, c.scale, c.record);
         return;
     }
     dim3 grid((unsigned)quantize_chunks(R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
     auto kernel = colpart ? quantize_kernel<OP, true> : quantize_kernel<OP, false>;
-    kernel<<<grid, FP8_THREADS, 0, cu->stream>>>(rows, cols, c.inv, (const __nv_bfloat16 *)src.x,
-                                                 (const __nv_bfloat16 *)src.pre, R, K, e5m2, amax, c.scale, c.record,
-                                                 colpart);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, kernel, grid, FP8_THREADS, 0, rows, cols, c.inv, (const __nv_bfloat16 *)src.x,
+                (const __nv_bfloat16 *)src.pre, R, K, e5m2, amax, c.scale, c.record, colpart);
 }
 
 // Whether g suits FP8: bf16, m, n and k multiples of 16 (cuBLASLt's FP8), dense operands (the

@@ -111,6 +111,7 @@ bool cuda_fp8_ready(const loom_cuda *cu, int site, cuda_fp8_role role) {
 // One block: with push, slot s's amax into column *pos of its ring (a non-finite amax as 0) and
 // zeroed, then *pos moves on; its scale from the ring's max (E5M2 for output gradients).
 __global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos, int64_t n, int H, bool push) {
+    cuda_pdl_begin();
     int p = *pos;
     for (int64_t s = threadIdx.x; s < n; s += blockDim.x) {
         float a = amax[s], m = 0.0f, *r = ring + s * H;
@@ -135,8 +136,8 @@ extern "C" void cuda_fp8_roll(loom_backend *be) {
     cuda_fp8_weights_end(cu); // the weights may change from here on
     cuda_fp8_slots *f = cu->fp8;
     if (!f) return;
-    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, f->history, true);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, roll_kernel, 1, FP8_ROLL_THREADS, 0, f->scale, f->amax, f->ring, f->pos, f->n, f->history,
+                true);
     for (int64_t i = 0; i < f->n; i++)
         if (f->state[i] == SLOT_SEEN) f->state[i] = SLOT_READY;
 }
@@ -193,8 +194,7 @@ extern "C" loom_status cuda_fp8_load(loom_backend *be, const float *in, size_t c
                                cu->stream));
     CUDA_CHECK(cudaMemcpyAsync(f->pos, &pos, sizeof pos, cudaMemcpyHostToDevice, cu->stream));
     for (int64_t i = 0; i < (int64_t)n; i++) f->state[i] = in[3 + i] == 1 ? SLOT_READY : SLOT_NEW;
-    roll_kernel<<<1, FP8_ROLL_THREADS, 0, cu->stream>>>(f->scale, f->amax, f->ring, f->pos, f->n, H, false);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, roll_kernel, 1, FP8_ROLL_THREADS, 0, f->scale, f->amax, f->ring, f->pos, f->n, H, false);
     CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // the host values are the caller's
     return LOOM_OK;
 }

@@ -110,6 +110,7 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
 template <typename T, int W, int NV, bool RES>
 __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x, const T *ra, const T *rb,
                                          const T *w, const T *b, int64_t N, int C) {
+    cuda_pdl_begin();
     int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     if (row < N) layernorm_row<T, W, NV, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [](int, float *) {});
 }
@@ -122,6 +123,7 @@ template <int NV, bool RES>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK, NV > 0 ? 4 : 6)
     layernorm_fp8_kernel(bf16 *out, float *mean, float *rstd, bf16 *x, const bf16 *ra, const bf16 *rb, const bf16 *w,
                          const bf16 *b, int64_t N, int C, uint8_t *rows8, const float *scale, unsigned *record) {
+    cuda_pdl_begin();
     int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
     float s = *scale, amax = 0.0f;
     uint8_t *r8 = rows8 + row * C;
@@ -160,6 +162,7 @@ template <typename T, int W, int NV>
 __global__ void __launch_bounds__(32 * (NV > 0 ? LN_BWD_HELD_WARPS : LN_BWD_WARPS))
     layernorm_backward_kernel(T *dinp, float *partials, const T *dout, const T *inp, const T *w,
                               const float *mean, const float *rstd, int64_t N, int C, int64_t chunk, int S) {
+    cuda_pdl_begin();
     extern __shared__ float ln_smem[];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, nv = C / W;
     constexpr int HELD = NV > 0 ? NV : 1, P = W % 4 ? 1 : 4;
@@ -274,20 +277,17 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
     if (f.rows) {
         LN_HELD_DISPATCH(held(FP8_VEC), {
             auto kernel = fused ? layernorm_fp8_kernel<NV, true> : layernorm_fp8_kernel<NV, false>;
-            kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
-                (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
-                (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale,
-                f.record);
-            CUDA_LAUNCH_CHECK();
+            cuda_launch(cu->stream, kernel, blocks, 32 * LN_ROWS_PER_BLOCK, 0, (bf16 *)out.data, cuda_f32(mean),
+                        cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data, (const bf16 *)b.data,
+                        (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale, f.record);
         });
         return;
     }
     CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(held(W), {
         auto kernel = fused ? layernorm_forward_kernel<T, W, NV, true> : layernorm_forward_kernel<T, W, NV, false>;
-        kernel<<<blocks, 32 * LN_ROWS_PER_BLOCK, 0, cu->stream>>>(
-            (T *)out.data, cuda_f32(mean), cuda_f32(rstd), (T *)res.data, (const T *)a.data,
-            (const T *)b.data, (const T *)w.data, (const T *)bias.data, N, (int)C);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cu->stream, kernel, blocks, 32 * LN_ROWS_PER_BLOCK, 0, (T *)out.data, cuda_f32(mean),
+                    cuda_f32(rstd), (T *)res.data, (const T *)a.data, (const T *)b.data, (const T *)w.data,
+                    (const T *)bias.data, N, (int)C);
     }));
 }
 
@@ -351,10 +351,8 @@ extern "C" void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom
         auto kernel = ln_backward_kernel<T, W>(held);
         if (smem > (48 << 10))
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        kernel<<<(unsigned)nchunks, 32 * warps, smem, cu->stream>>>(
-            (T *)dinp.data, part, (const T *)dout.data, (const T *)inp.data, (const T *)w.data,
-            cuda_f32(mean), cuda_f32(rstd), N, (int)C, chunk, S);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cu->stream, kernel, (unsigned)nchunks, 32 * warps, smem, (T *)dinp.data, part, (const T *)dout.data,
+                    (const T *)inp.data, (const T *)w.data, cuda_f32(mean), cuda_f32(rstd), N, (int)C, chunk, S);
     });
     void *dst[] = {dw.data, db.data, dsum.data};
     cuda_add_partials_n(cu, dst, S, bf, part, false, nchunks, S * C, C);

@@ -230,6 +230,7 @@ static void must_product(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role a, cud
 // out (N, OC) += bias (OC) broadcast over rows: the fallback when the BIAS epilogue has no
 // algorithm (e.g. a bias at an odd address)
 __global__ void add_bias_kernel(void *out, const void *bias, int64_t N, int64_t OC, bool bf) {
+    cuda_pdl_begin();
     GRID_STRIDE(i, N * OC) stx(out, i, ldx(out, i, bf) + ldx(bias, i % OC, bf), bf);
 }
 
@@ -288,8 +289,7 @@ static void linear_forward(loom_backend *be, loom_tensor out, loom_tensor inp, l
     g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     g.bias = NULL;
     must_product(cu, &g, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
-    add_bias_kernel<<<cuda_blocks(N * OC, 256), 256, 0, cu->stream>>>(out.data, bias.data, N, OC, bf);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, add_bias_kernel, cuda_blocks(N * OC, 256), 256, 0, out.data, bias.data, N, OC, bf);
 }
 
 extern "C" void cuda_matmul_forward(loom_backend *be, loom_tensor out, loom_tensor inp,

@@ -34,6 +34,7 @@ typedef struct {
 } ap_dsts;
 __global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const void *partials, bool part_bf,
                                     int64_t nparts, int64_t stride, int64_t n) {
+    cuda_pdl_begin();
     __shared__ float sh[AP_GROUPS][AP_COLS];
     int x = threadIdx.x % AP_COLS, g = threadIdx.x / AP_COLS;
     int64_t i = (int64_t)blockIdx.x * AP_COLS + x;
@@ -56,9 +57,8 @@ void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf,
     if (!n) return;
     ap_dsts d = {};
     for (int k = 0; k < ndst; k++) d.p[k] = dst[k];
-    add_partials_kernel<<<(unsigned)((ndst * n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0, cu->stream>>>(
-        d, ndst, dst_bf, partials, part_bf, nparts, stride, n);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, add_partials_kernel, (unsigned)((ndst * n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0,
+                d, ndst, dst_bf, partials, part_bf, nparts, stride, n);
 }
 
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
@@ -74,6 +74,7 @@ void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partia
 // group g at [g][k][v], so the lanes of a warp hit distinct banks).
 template <typename T, int W>
 __global__ void column_partials_kernel(float *partials, const T *x, int64_t N, int64_t n, int64_t ld, int64_t chunk) {
+    cuda_pdl_begin();
     __shared__ float sh[COL_GROUPS][W][COL_VECS];
     int v = threadIdx.x % COL_VECS, g = threadIdx.x / COL_VECS;
     int64_t c0 = (int64_t)blockIdx.x * COL_VECS * W, c = c0 + (int64_t)v * W;
@@ -107,8 +108,8 @@ void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_
     float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * n) * sizeof(float));
     CUDA_DISPATCH(bf, cuda_vec_ok(bf, n, x) && cuda_vec_ok(bf, ld, NULL), {
         dim3 grid((unsigned)((n + COL_VECS * W - 1) / (COL_VECS * W)), (unsigned)nchunks);
-        column_partials_kernel<T, W><<<grid, COL_VECS * COL_GROUPS, 0, cu->stream>>>(part, (const T *)x, N, n, ld, chunk);
-        CUDA_LAUNCH_CHECK();
+        cuda_launch(cu->stream, column_partials_kernel<T, W>, grid, COL_VECS * COL_GROUPS, 0, part, (const T *)x, N, n,
+                    ld, chunk);
     });
     cuda_add_partials(cu, dst, bf, part, false, nchunks, n, n);
 }
@@ -127,6 +128,7 @@ __device__ double block_sum_f64(double s) {
 
 // out[blockIdx.x] = sum of squares of x[chunk blockIdx.x]; x fp32 or bf16
 __global__ void sumsq_kernel(double *out, const void *x, int64_t n, int64_t chunk, bool bf) {
+    cuda_pdl_begin();
     int64_t i0 = (int64_t)blockIdx.x * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
     double s = 0.0;
     for (int64_t i = i0 + threadIdx.x; i < i1; i += SUMSQ_THREADS) {
@@ -139,6 +141,7 @@ __global__ void sumsq_kernel(double *out, const void *x, int64_t n, int64_t chun
 
 // *out = the sum of x (accumulate: *out += it, one fp64 addition as the host's)
 __global__ void sum_f64_kernel(double *out, const double *x, int64_t n, bool accumulate) {
+    cuda_pdl_begin();
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += SUMSQ_THREADS) s += x[i];
     s = block_sum_f64(s);
@@ -151,11 +154,9 @@ static double *sumsq_launch(loom_cuda *cu, double *acc, loom_tensor x) {
     LOOM_CHECK(x.dtype == LOOM_F32 || x.dtype == LOOM_BF16);
     int64_t n = loom_numel(&x), nchunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     double *part = (double *)cuda_scratch(cu, (size_t)(nchunks + 1) * sizeof(double)), *out = acc ? acc : part + nchunks;
-    sumsq_kernel<<<(unsigned)nchunks, SUMSQ_THREADS, 0, cu->stream>>>(part, x.data, n, SUMSQ_CHUNK,
-                                                                     x.dtype == LOOM_BF16);
-    CUDA_LAUNCH_CHECK();
-    sum_f64_kernel<<<1, SUMSQ_THREADS, 0, cu->stream>>>(out, part, nchunks, acc != NULL);
-    CUDA_LAUNCH_CHECK();
+    cuda_launch(cu->stream, sumsq_kernel, (unsigned)nchunks, SUMSQ_THREADS, 0, part, x.data, n, SUMSQ_CHUNK,
+                x.dtype == LOOM_BF16);
+    cuda_launch(cu->stream, sum_f64_kernel, 1, SUMSQ_THREADS, 0, out, part, nchunks, acc != NULL);
     return out;
 }
 
