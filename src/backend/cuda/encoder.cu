@@ -18,7 +18,6 @@
 #define ENC_THREADS 256
 #define ENC_ROWS 8 // rows (warps) per encoder_forward block
 
-
 // out[bt, :] = wte[v, :] + wpe[t, :] for row bt = b T + t, one warp a row, in vectors of W (the
 // element-wise form spent its time dividing each element's 64-bit index by C: 60 us at gpt2's
 // B=16, bound by its issue slots; ncu, H200)

@@ -33,5 +33,6 @@ __device__ __forceinline__ float gelu_of(float x) { return x * gelu_r(gelu_e(x))
 // gelu'(x) = r (1 + 2 sqrt(2/pi) x e r (1 + 3 0.044715 x^2))
 __device__ __forceinline__ float gelu_grad(float x) {
     float e = gelu_e(x), r = gelu_r(e);
-    return r * fmaf(x * (e * r), fmaf(6.0f * GELU_S * GELU_K, x * x, 2.0f * GELU_S), 1.0f); // e r <= 1: x e could overflow
+    // x (e r), not (x e) r: e r <= 1, where x e could overflow
+    return r * fmaf(x * (e * r), fmaf(6.0f * GELU_S * GELU_K, x * x, 2.0f * GELU_S), 1.0f);
 }

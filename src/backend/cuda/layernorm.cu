@@ -4,8 +4,8 @@
 //   backward: n = (x-mean)*rstd, g = w*dout:
 //             dinp += (g - mean(g) - n*mean(g*n)) * rstd;  dw += sum_rows n*dout;  db += sum_rows dout
 // One warp per row, 16-byte vectors along it (vec.cuh); in the forward the row stays in the
-// lanes' registers between the passes up to C = 1024 (bf16), and in L1 beyond. residual_layernorm_forward is the forward kernel with the residual add in
-// its first pass.
+// lanes' registers between the passes up to C = 1024 (bf16), and in L1 beyond.
+// residual_layernorm_forward is the forward kernel with the residual add in its first pass.
 // The backward is one kernel: a block per fixed row chunk (cuda_row_chunk), whose warps take its
 // rows in turn and keep their own dw/db sums in shared memory (a lane always owns the same
 // columns, so no atomics); the block adds its warps' sums in warp order into a per-chunk partial,
@@ -25,7 +25,7 @@ typedef __nv_bfloat16 bf16;
 #define LN_BWD_HELD_WARPS 8          // the same holding the row (~100 registers at gpt2's C: 2 blocks an SM; 154 at 7 vectors: 1)
 #define LN_BWD_SMEM_MAX (200 << 10)  // bytes of shared memory per backward block at most
 #define LN_BWD_HELD 7                // backward: 16-byte vectors of a row a lane holds at most
-#define LN_FWD_HELD 4                // forward: the same (C <= 1024 in bf16; 8 was slower at gpt2-xl's 1600)
+#define LN_FWD_HELD 4                // forward: the same (C <= 1024 in bf16; 8 was slower at C = 1600)
 
 // The code with NV, the vectors a lane holds, as a constant: LN_FWD_HELD where `held`, else 0
 // (the row read in each pass)
