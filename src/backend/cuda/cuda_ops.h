@@ -35,7 +35,6 @@ extern "C" {
             cuda_check_failed("cuBLAS", cublasLtGetStatusString(cublas_s_), #call, __FILE__, \
                               __LINE__);                                                   \
     } while (0)
-// after every kernel launch
 
 // ---- launches: programmatic dependent launch (Hopper; CUDA C++ Programming Guide, "Programmatic
 // Dependent Launch and Synchronization") ----
