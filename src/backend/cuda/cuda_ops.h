@@ -171,12 +171,12 @@ __host__ __device__ __forceinline__ int cuda_shard_index(int v, int vocab_start,
 // Row chunks of an (N, n) array: partial sums over fixed row chunks, then the chunks' sums
 // added in chunk order. The chunking depends only on N, so results repeat bit for bit.
 int64_t cuda_row_chunk(int64_t N);
-// dst[i] += sum over p of partials[p * stride + i] in a fixed order; bf16 where the flags say, else fp32
-void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
-                       int64_t nparts, int64_t stride, int64_t n);
+// dst[i] += sum over p of partials[p * stride + i] (fp32) in a fixed order; dst bf16 where dst_bf, else fp32
+void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const float *partials, int64_t nparts, int64_t stride,
+                       int64_t n);
 // The same over ndst * n columns, column i going to dst[i / n][i % n] (up to three sums of n
 // values, e.g. the LayerNorm backward's dw, db and dinp column sums, in one launch)
-void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const void *partials, bool part_bf,
+void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const float *partials,
                          int64_t nparts, int64_t stride, int64_t n);
 // dst (n) += column sums of x (N rows of n columns, row stride ld elements) of dtype bf ? bf16 : fp32,
 // deterministically

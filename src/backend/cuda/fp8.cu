@@ -405,7 +405,7 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     quantize_a(cu, gw, a8, cx, &h.amax[2], x); // a8 again: in stream order after gi's product
     *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
     if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
-        cuda_add_partials(cu, dbias, true, colpart, false, quantize_chunks(N), OC, OC);
+        cuda_add_partials(cu, dbias, true, colpart, quantize_chunks(N), OC, OC);
 }
 
 cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,

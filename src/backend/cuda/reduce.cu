@@ -32,15 +32,15 @@ int64_t cuda_row_chunk(int64_t N) {
 typedef struct {
     void *p[AP_DSTS];
 } ap_dsts;
-__global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const void *partials, bool part_bf,
-                                    int64_t nparts, int64_t stride, int64_t n) {
+__global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const float *partials, int64_t nparts,
+                                    int64_t stride, int64_t n) {
     cuda_pdl_begin();
     __shared__ float sh[AP_GROUPS][AP_COLS];
     int x = threadIdx.x % AP_COLS, g = threadIdx.x / AP_COLS;
     int64_t i = (int64_t)blockIdx.x * AP_COLS + x;
     float s = 0.0f;
     if (i < ndst * n)
-        for (int64_t p = g; p < nparts; p += AP_GROUPS) s += ldx(partials, p * stride + i, part_bf);
+        for (int64_t p = g; p < nparts; p += AP_GROUPS) s += partials[p * stride + i];
     sh[g][x] = s;
     __syncthreads();
     if (g > 0 || i >= ndst * n) return;
@@ -51,19 +51,19 @@ __global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const void *
     stx(d, i, ldx(d, i, bf) + total, bf);
 }
 
-void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const void *partials, bool part_bf,
+void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const float *partials,
                          int64_t nparts, int64_t stride, int64_t n) {
     LOOM_CHECK(ndst >= 1 && ndst <= AP_DSTS);
     if (!n) return;
     ap_dsts d = {};
     for (int k = 0; k < ndst; k++) d.p[k] = dst[k];
     cuda_launch(cu->stream, add_partials_kernel, (unsigned)((ndst * n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0,
-                d, ndst, dst_bf, partials, part_bf, nparts, stride, n);
+                d, ndst, dst_bf, partials, nparts, stride, n);
 }
 
-void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const void *partials, bool part_bf,
-                       int64_t nparts, int64_t stride, int64_t n) {
-    cuda_add_partials_n(cu, &dst, 1, dst_bf, partials, part_bf, nparts, stride, n);
+void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const float *partials, int64_t nparts, int64_t stride,
+                       int64_t n) {
+    cuda_add_partials_n(cu, &dst, 1, dst_bf, partials, nparts, stride, n);
 }
 
 // partials[chunk, c] = sum of x[r, c] over the chunk's rows. grid (ceil(n / (COL_VECS W)),
@@ -111,7 +111,7 @@ void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_
         cuda_launch(cu->stream, column_partials_kernel<T, W>, grid, COL_VECS * COL_GROUPS, 0, part, (const T *)x, N, n,
                     ld, chunk);
     });
-    cuda_add_partials(cu, dst, bf, part, false, nchunks, n, n);
+    cuda_add_partials(cu, dst, bf, part, nchunks, n, n);
 }
 
 // Fixed-shape tree sum of one double per thread; the total lands in thread 0.
