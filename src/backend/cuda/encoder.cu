@@ -89,7 +89,8 @@ __global__ void encoder_wte_chunks_kernel(T *dwte, float *head, float *tail, con
     int lane = threadIdx.x % 32, len = ch.len;
     uint32_t key = lane < len ? keys[ch.k0 + lane] : 0xffffffffu, next = __shfl_down_sync(0xffffffffu, key, 1);
     int32_t p = lane < len ? pos[ch.k0 + lane] : 0;
-    unsigned ends = __ballot_sync(0xffffffffu, lane < len && (lane == len - 1 || next != key)); // bit r: a run ends at r
+    // bit r: a run ends at row r
+    unsigned ends = __ballot_sync(0xffffffffu, lane < len && (lane == len - 1 || next != key));
     int first_end = __ffs(ends) - 1;
     bool from_prev = ch.k0 > 0 && keys[ch.k0 - 1] == __shfl_sync(0xffffffffu, key, 0);
     bool to_next = ch.k0 + len < n && keys[ch.k0 + len] == __shfl_sync(0xffffffffu, key, len - 1);
@@ -224,8 +225,10 @@ typedef struct {
 
 static enc_groups enc_groups_of(loom_cuda *cu, int n, int64_t C, int end_bit) {
     enc_groups g = {};
-    size_t arr = cuda_align256((size_t)n * sizeof(int32_t)), pieces = cuda_align256((size_t)(n / ENC_CHUNK + 1) * C * 4);
-    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, g.temp_bytes, g.keys, g.sorted_keys, g.vals, g.pos, n, 0, end_bit));
+    size_t arr = cuda_align256((size_t)n * sizeof(int32_t));
+    size_t pieces = cuda_align256((size_t)(n / ENC_CHUNK + 1) * C * sizeof(float));
+    CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(NULL, g.temp_bytes, g.keys, g.sorted_keys, g.vals, g.pos, n, 0, end_bit));
     char *p = (char *)cuda_scratch(cu, 4 * arr + 2 * pieces + g.temp_bytes);
     g.keys = (uint32_t *)p, g.vals = (int32_t *)(p + arr), g.sorted_keys = (uint32_t *)(p + 2 * arr);
     g.pos = (int32_t *)(p + 3 * arr), g.head = (float *)(p + 4 * arr), g.tail = (float *)(p + 4 * arr + pieces);
