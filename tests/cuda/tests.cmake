@@ -21,3 +21,6 @@ if(LOOM_HAVE_CUDA)
   loom_test(gpt2_devices SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt2_devices.c LABELS cuda)
   set_tests_properties(gpt2_devices PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+# Every kernel begins with cuda_pdl_begin() (programmatic dependent launch's contract): a source
+# check, so it runs without a GPU too.
+add_test(NAME cuda_pdl_first COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/pdl_first.sh ${CMAKE_SOURCE_DIR}/src/backend/cuda)

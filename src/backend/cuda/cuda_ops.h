@@ -45,7 +45,8 @@ extern "C" {
 // on the SMs while the kernel before it finishes, and start at once when it has, where an ordinary
 // launch begins only after it; nothing before the wait touches memory, and a kernel completes
 // only after its wait, so the stream's order holds as before. The kernels of cuBLASLt and CUB, and
-// the memsets and copies, are launched as usual and wait for all that came before them.
+// the memsets and copies, are launched as usual and wait for all that came before them. ctest's
+// cuda_pdl_first (tests/cuda/pdl_first.sh) fails when a kernel here begins otherwise.
 __device__ __forceinline__ void cuda_pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
