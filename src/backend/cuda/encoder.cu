@@ -10,10 +10,10 @@
 // chunk's rows of dout run by run (a run: one token's positions): a run that lies in the chunk is
 // added to its dwte row there, and the pieces of a run that crosses chunks are added in chunk
 // order by a second pass. The order depends only on the tokens, so dwte repeats bit for bit; no
-// warp takes more than ENC_CHUNK rows, however often a token occurs. (A block a token, as before,
-// waited on the most frequent token's rows one by one: on Brown text at gpt2's B=16 the backward
-// took 356 us a step, now 79; on random tokens 134, now 79; ncu, H200.) dwpe sums over b in
-// order per (t, c).
+// warp takes more than ENC_CHUNK rows, however often a token occurs. (The form before, a block
+// a distinct token, waited on the most frequent tokens' rows one by one: on Brown text at gpt2's
+// B=16 the backward took 356 us a step, now 79; on random tokens 134, now 79; ncu, H200.) dwpe
+// sums over b in order per (t, c).
 // A negative token (which the data loader rules out) yields NaN rows in the forward; it and a
 // token past this shard's range (another shard's) add nothing to dwte.
 #include "backend/cuda/vec.cuh"
