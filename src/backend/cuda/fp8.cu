@@ -223,9 +223,8 @@ __global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
     int t = b - w.first;
     int64_t r, c;
     tile_block(t / w.tiles_k, t % w.tiles_k, r, c);
-    float cs[FP8_VEC] = {}, s = *w.scale;
-    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS, false>(w.rows, w.cols, cs, (const __nv_bfloat16 *)w.src,
-                                                                    NULL, r, c, w.R, w.K, s, __NV_E4M3)
+    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS, false>(w.rows, w.cols, NULL, (const __nv_bfloat16 *)w.src,
+                                                                    NULL, r, c, w.R, w.K, *w.scale, __NV_E4M3)
                                  : 0.0f;
     record_max<FP8_THREADS>(m, w.record);
 }

@@ -22,17 +22,19 @@ typedef __nv_bfloat16 bf16;
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8          // forward: warps per block, one row each
 #define LN_BWD_WARPS 16              // backward: warps per block at most, reading each row twice
-#define LN_BWD_HELD_WARPS 8          // the same holding the row (~100 registers at gpt2's C: 2 blocks an SM; 154 at 7 vectors: 1)
+// the same holding the row (~100 registers at gpt2's C: 2 blocks an SM; 154 at 7 vectors: 1)
+#define LN_BWD_HELD_WARPS 8
 #define LN_BWD_SMEM_MAX (200 << 10)  // bytes of shared memory per backward block at most
 #define LN_BWD_HELD 7                // backward: 16-byte vectors of a row a lane holds at most
 #define LN_FWD_HELD 4                // forward: the same (C <= 1024 in bf16; 8 was slower at C = 1600)
 
-// The code with NV, the vectors a lane holds, as a constant: LN_FWD_HELD where `held`, else 0
-// (the row read in each pass)
-#define LN_HELD_DISPATCH(held, ...)                                                        \
+// The code with NV, the vectors a lane holds, as a constant: LN_FWD_HELD where a lane's vectors of
+// W elements (W > 1) fit that many (C <= 32 W LN_FWD_HELD), else 0 (the row read in each pass);
+// with W = 1 only NV = 0 is built
+#define LN_HELD_DISPATCH(W, C, ...)                                                        \
     do {                                                                                   \
-        if (held) {                                                                        \
-            constexpr int NV = LN_FWD_HELD;                                                \
+        if ((W) > 1 && (C) <= 32 * (W) * LN_FWD_HELD) {                                    \
+            constexpr int NV = (W) > 1 ? LN_FWD_HELD : 0;                                  \
             __VA_ARGS__;                                                                   \
         } else {                                                                           \
             constexpr int NV = 0;                                                          \
@@ -273,9 +275,8 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
     loom_cuda *cu = cuda_of(be);
     cuda_fp8_ln_out f = cuda_fp8_kept_begin(cu, out.data, N, C, bf && vec && C % 16 == 0);
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    auto held = [&](int w) { return w > 1 && C <= 32 * w * LN_FWD_HELD; }; // whether a lane holds its vectors
     if (f.rows) {
-        LN_HELD_DISPATCH(held(FP8_VEC), {
+        LN_HELD_DISPATCH(FP8_VEC, C, {
             auto kernel = fused ? layernorm_fp8_kernel<NV, true> : layernorm_fp8_kernel<NV, false>;
             cuda_launch(cu->stream, kernel, blocks, 32 * LN_ROWS_PER_BLOCK, 0, (bf16 *)out.data, cuda_f32(mean),
                         cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data, (const bf16 *)b.data,
@@ -283,7 +284,7 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
         });
         return;
     }
-    CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(held(W), {
+    CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(W, C, {
         auto kernel = fused ? layernorm_forward_kernel<T, W, NV, true> : layernorm_forward_kernel<T, W, NV, false>;
         cuda_launch(cu->stream, kernel, blocks, 32 * LN_ROWS_PER_BLOCK, 0, (T *)out.data, cuda_f32(mean),
                     cuda_f32(rstd), (T *)res.data, (const T *)a.data, (const T *)b.data, (const T *)w.data,
