@@ -4,7 +4,8 @@
 // products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the GELU
 // form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias += (dbias
 // from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp) and its
-// forward with the GELU's output in FP8 (test_mlp_forward). A product must match the rounded
+// forward with the GELU's output in FP8 (test_mlp_forward), whose transpose the backward takes
+// (test_mlp_kept). A product must match the rounded
 // reference within 1e-2, norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice,
 // the GELU epilogues' own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it
 // than to the unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a
@@ -388,10 +389,86 @@ static void test_mlp_forward(int N, int C, int OC) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
-#define LN_SITE 11 // the layer after the LayerNorm (slots 33-35)
-
 // x into b's device buffer (bf16: exact for values already in bf16)
 static void b_upload(buf b, const float *x) { upload_as(b.d, x, b.n, b.dt); }
+
+#define MLP_KEPT_SITE 16 // the fc layer's site (slots 48-50), the fcproj layer's next (51-53); with act kept 18, 19
+
+// The MLP's forward and backward under delayed scaling, two steps on the same inputs; from the
+// second on, the fcproj layer's dw takes its input's transposed copy that the forward kept
+// (fp8_kept.cu). With act_kept, that copy is the fcproj product's cast of act (bf16); without (the
+// --recompute gelu form), the fc product writes the GELU's output in FP8 (test_mlp_forward) and
+// its transpose is kept, with its amax from the product's (cuBLASLt's amax_d). In that step act
+// and pre are overwritten with NaN behind the backend's back before the backward: dprojw += (a cast
+// of gelu(pre) would give NaN) must match the fp32 ops on dout rounded in E5M2 and the GELU output
+// rounded in E4M3 by the scale of the first step's recorded amax: act as the device wrote it
+// (exact operands: within 1e-2 and 4 times closer than to the unrounded ops), or gelu(pre), pre
+// the fc product on rounded operands in fp32 (within 3e-2 and 2 times closer: 0.0219-0.0236 against
+// 0.0696 on an H200; where cuBLASLt's sums, of its fast accumulation, differ from the host's, the
+// GELU output rounds to an E4M3 neighbour, and dw sums only N of them). The fcproj input slot's
+// amax must be act's (exact), or gelu(pre)'s within 1e-2 (cuBLASLt's, before the scale: after it,
+// it would be near 448).
+static void test_mlp_kept(int N, int C, int OC, bool act_kept) {
+    shape s = {N, 1, C, 1};
+    buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt);
+    buf fcb = b_randn((size_t)OC, 0.5f, dt), projw = b_randn((size_t)C * OC, 0.2f, dt);
+    buf projb = b_randn((size_t)C, 0.5f, dt), dout = b_randn((size_t)N * C, 1, dt);
+    buf out = b_nans((size_t)N * C, dt), pre = b_nans((size_t)N * OC, dt), act = b_nans((size_t)N * OC, dt);
+    buf dinp = b_nans((size_t)N * C, dt), dfch = b_nans((size_t)N * OC, dt), dfcw = b_randn((size_t)OC * C, 0.1f, dt);
+    buf dfcb = b_randn((size_t)OC, 1, dt), dprojw = b_randn((size_t)C * OC, 0.1f, dt);
+    buf dprojb = b_randn((size_t)C, 1, dt);
+    float *act1 = loom_xmalloc(act.n * 4), *nan_h = loom_xmalloc(pre.n * 4), dev[2] = {0};
+    int site = MLP_KEPT_SITE + (act_kept ? 2 : 0); // slots with no history yet: step 0 scales by the current amaxes
+    for (size_t i = 0; i < pre.n; i++) nan_h[i] = NAN;
+    loom_tensor none = {0};
+    for (int step = 0; step < 2; step++) {
+        gpu->fp8_begin(gpu);
+        gpu->fp8_site_fc = site, gpu->fp8_site = site + 1;
+        gpu->mlp_forward(gpu, DV(out, N, C), DV(pre, N, OC), DV(act, N, OC), act_kept, DV(inp, N, C), DV(fcw, OC, C),
+                         DV(fcb, OC), DV(projw, C, OC), DV(projb, C), none);
+        if (step == 1) {
+            download_as(act1, act.d, act.n, dt);
+            b_upload(pre, nan_h), b_upload(act, nan_h), b_upload(dprojw, dprojw.h);
+        }
+        gpu->mlp_backward(gpu, DV(dinp, N, C), DV(dfch, N, OC), DV(dfcw, OC, C), DV(dfcb, OC), DV(dprojw, C, OC),
+                          DV(dprojb, C), DV(dout, N, C), DV(inp, N, C), DV(fcw, OC, C), DV(pre, N, OC), DV(act, N, OC),
+                          act_kept, DV(projw, C, OC));
+        size_t n;
+        float *amax = gpu->fp8_amax(gpu, &n);
+        T_ASSERT(amax && n >= 3 * ((size_t)site + 2), "fp8_amax: %zu slots", n);
+        gpu->download(gpu, &dev[step], amax + 3 * (site + 1), sizeof(float));
+        gpu->fp8_roll(gpu);
+    }
+    gpu->fp8_site = gpu->fp8_site_fc = -1;
+    float *iq = fp8_view(inp.h, inp.n, E4M3), *fq = fp8_view(fcw.h, fcw.n, E4M3), *dq = fp8_view(dout.h, dout.n, E5M2);
+    float *want_pre = loom_xmalloc(pre.n * 4), *g = loom_xmalloc(pre.n * 4), *raw_pre = loom_xmalloc(pre.n * 4);
+    float *raw_g = loom_xmalloc(pre.n * 4), *want = copy_of(dprojw.h, dprojw.n), *plain = copy_of(dprojw.h, dprojw.n);
+    cpu->matmul_forward(cpu, LOOM_VIEW(want_pre, F32, N, OC), LOOM_VIEW(iq, F32, N, C), LOOM_VIEW(fq, F32, OC, C),
+                        HV(fcb, OC));
+    cpu->gelu_forward(cpu, LOOM_VIEW(g, F32, N, OC), LOOM_VIEW(want_pre, F32, N, OC));
+    const float *a = act_kept ? act1 : g; // the GELU output the product rounds
+    float *aq = fp8_view_scaled(a, pre.n, E4M3, E4M3.fmax / dev[0]);
+    cpu->matmul_backward(cpu, none, LOOM_VIEW(want, F32, C, OC), none, LOOM_VIEW(dq, F32, N, C),
+                         LOOM_VIEW(aq, F32, N, OC), HV(projw, C, OC));
+    cpu->matmul_forward(cpu, LOOM_VIEW(raw_pre, F32, N, OC), HV(inp, N, C), HV(fcw, OC, C), HV(fcb, OC));
+    cpu->gelu_forward(cpu, LOOM_VIEW(raw_g, F32, N, OC), LOOM_VIEW(raw_pre, F32, N, OC));
+    cpu->matmul_backward(cpu, none, LOOM_VIEW(plain, F32, C, OC), none, HV(dout, N, C), LOOM_VIEW(raw_g, F32, N, OC),
+                         HV(projw, C, OC));
+    const char *what = act_kept ? "fp8 mlp dprojw += from act's kept transpose"
+                                : "fp8 mlp dprojw += from the GELU output's kept transpose";
+    check_fp8_tol(what, dprojw, want, plain, true, s, act_kept ? FP8_TOL : 3e-2, act_kept ? 4 : 2);
+    float ga = amax_of(a, pre.n);
+    T_ASSERT(act_kept ? dev[1] == ga : fabsf(dev[1] - ga) <= 1e-2f * ga,
+             "fp8 mlp kept (act kept: %d): the fcproj input slot's amax %g, the GELU output's %g", act_kept,
+             (double)dev[1], (double)ga);
+    float *frees[] = {act1, nan_h, iq, fq, dq, want_pre, g, raw_pre, raw_g, want, plain, aq};
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++) free(frees[i]);
+    buf *all[] = {&inp, &fcw, &fcb, &projw, &projb, &dout, &out, &pre,
+                  &act, &dinp, &dfch, &dfcw, &dfcb, &dprojw, &dprojb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
+#define LN_SITE 11 // the layer after the LayerNorm (slots 33-35)
 
 // Whether a and b's device values are the same bits (both bf16 or both fp32, n values)
 static bool same_bits(buf a, buf b) {
@@ -404,16 +481,18 @@ static bool same_bits(buf a, buf b) {
 
 // A linear layer after a LayerNorm whose output it takes, under delayed scaling (backend.h's
 // fp8_site_ln; fp8_kept.cu): from the second step on the LayerNorm writes the output's FP8 copy
-// itself and the layer's forward product takes it. Two steps; in the second, the LayerNorm's bf16
-// output is copied aside and overwritten with NaN behind the backend's back for the forward product
-// (one that cast it would give NaN), then put back for the backward's. The forward, dinp and dw must
-// be bit-identical to the same products cast from the copy aside (the kept copy holds the bytes the
-// cast makes), the input slot's amax must be the output's (exact), and out, mean and rstd
-// bit-identical to the LayerNorm's without a site. Then a LayerNorm of another layer's input, and
-// one without a site that rewrites the output: the products must cast again (bit-identical to
-// casting a copy). With `fused`, the residual form (res = a + b first). With C not a multiple of
-// 16 no copy is made (and the products run in bf16): the same checks hold without the NaN and the
-// amax.
+// itself and the layer's forward product takes it, and its transpose is kept for the layer's
+// backward (dw). Two steps; in the second, the LayerNorm's bf16 output is copied aside and
+// overwritten with NaN behind the backend's back for the forward and the backward products (one
+// that cast it would give NaN). The forward, dinp and dw must be bit-identical to the same
+// products cast from the copy aside (the backward's from a second copy, which has no transposed
+// copy: the kept ones hold the bytes the casts make), the input slot's amax must be the output's
+// (exact), and out, mean and rstd bit-identical to the LayerNorm's without a site. Then the forward
+// product's own cast of the copy aside keeps its transpose too: dw with the copy aside overwritten
+// by NaN must be bit-identical again. Then a LayerNorm of another layer's input, and one without a
+// site that rewrites the output: the products must cast again (bit-identical to casting a copy).
+// With `fused`, the residual form (res = a + b first). With C not a multiple of 16 no copy is made
+// (and the products run in bf16): the same checks hold without the NaN and the amax.
 static void test_layernorm_kept(int N, int C, int OC, bool fused) {
     buf x = b_randn((size_t)N * C, 1, dt), r = b_randn((size_t)N * C, 1, dt), res = b_nans((size_t)N * C, dt);
     buf lw = b_randn((size_t)C, 1, dt), lb = b_randn((size_t)C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt);
@@ -448,10 +527,10 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
         gpu->fp8_begin(gpu);
         LN_RUN(LN_SITE, ln, mean, rstd);
         gpu->copy(gpu, aside.d, ln.d, ln.n * 2);
-        if (step == 1 && kept) b_upload(ln, nan_h); // the copy, not the tensor, must feed the product
+        if (step == 1 && kept) b_upload(ln, nan_h); // the copies, not the tensor, must feed the products
         FORWARD(got, ln);
-        gpu->copy(gpu, ln.d, aside.d, ln.n * 2);
         BACKWARD(got, ln);
+        gpu->copy(gpu, ln.d, aside.d, ln.n * 2);
         if (step == 1 && kept) {
             size_t n;
             float *amax = gpu->fp8_amax(gpu, &n), dev;
@@ -462,8 +541,16 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
                      C, (double)dev, (double)amax_of(lnh, ln.n));
         }
         FORWARD(want, aside);
-        BACKWARD(want, aside);
-        COMPARE(step ? "its copy" : "first step");
+        gpu->copy(gpu, plain.d, aside.d, ln.n * 2);
+        BACKWARD(want, plain);
+        COMPARE(step ? "its copies" : "first step");
+        if (step == 1 && kept) { // the forward product's cast of aside keeps the transpose
+            FORWARD(got, aside);
+            b_upload(aside, nan_h);
+            BACKWARD(got, aside);
+            gpu->copy(gpu, aside.d, ln.d, ln.n * 2);
+            COMPARE("the forward cast's transposed copy");
+        }
         gpu->fp8_roll(gpu);
     }
     LN_RUN(-1, plain, mean_p, rstd_p);
@@ -593,6 +680,8 @@ static void run_mode(loom_dtype mode, bool quick) {
     }
     test_mlp(256, 768, 3072, true, false, true);
     test_mlp_forward(256, 768, 3072);
+    test_mlp_kept(256, 768, 3072, false);
+    test_mlp_kept(256, 768, 3072, true);
     test_delayed(256, 768, 2304);
     test_layernorm_kept(256, 768, 2304, false); // gpt2's qkv layer after ln1
     test_layernorm_kept(48, 1600, 6400, true);  // gpt2-xl's fc after ln2

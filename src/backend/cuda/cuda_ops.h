@@ -204,8 +204,10 @@ typedef struct {
     bool fast_accum;
     // With FP8 operands, D in E4M3 when set: D = fp8(*scale_d (the product + epilogue)), saturated;
     // the epilogue's bias and aux stay in bf16 (an FP8 output GEMM, as Transformer Engine's).
-    // Needs an aux, beta 0 and no c (cuda_gemm_run hands cuBLASLt the aux as C, unread).
+    // Needs an aux, beta 0 and no c (cuda_gemm_run hands cuBLASLt the aux as C, unread). With
+    // amax_d as well, cuBLASLt writes there the largest |value| of D before the scale (fp32).
     const float *scale_d;
+    float *amax_d;
 } cuda_gemm;
 // Runs g and returns CUBLAS_STATUS_SUCCESS, or returns why cuBLASLt has no algorithm for it
 // (nothing run). The heuristic's answer per shape, types and alignments is cached.
@@ -241,8 +243,10 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
 // (delayed scaling): gf the fc product (GELU_AUX epilogue: aux pre, D the GELU's output), gp the
 // fcproj product, whose B is gf's D. gf writes that D as E4M3 by the fcproj layer's input scale,
 // which delayed scaling knows before the product, and gp reads it so: the GELU's output is never
-// written in bf16 nor cast. Its amax is not recorded here: the backward's cast of gelu(pre) into
-// the same slot does (cuda_fp8_backward's inp_pre). The fc layer's casts take the slots of site
+// written in bf16 nor cast. Its transpose is kept for the fcproj layer's backward
+// (cuda_fp8_keep_cols: its dw product takes it instead of casting gelu(pre)), and its amax,
+// cuBLASLt's of the product, raises the slot's; where no transpose is kept the backward's cast of
+// gelu(pre) into the same slot records it (cuda_fp8_backward's inp_pre). The fc layer's casts take the slots of site
 // site_fc, the fcproj layer's those of site_proj. NOT_SUPPORTED, running nothing, when the fcproj
 // layer's input slot has no history yet (or delayed scaling is off) or a product does not suit
 // FP8; another failure of cuBLASLt's is returned as it is (the caller runs the plain ops).
@@ -277,9 +281,11 @@ void cuda_fp8_free(loom_cuda *cu);
 // ---- FP8 copies made ahead of their products (fp8_kept.cu): a LayerNorm's of its output
 // (backend.h's fp8_site_ln), a step's of its weights (fp8_weights) ----
 // Where a LayerNorm writes the E4M3 copy of its output (N,C): rows (N,C), fp8(y s) of each bf16
-// output y with s = *scale, raising *record to the largest |y| (fp32 bits); rows NULL: none.
+// output y with s = *scale, raising *record to the largest |y| (fp32 bits); rows NULL: none; cols
+// (C,N) where the rows copy is to be transposed for the layer's backward (cuda_fp8_transpose;
+// NULL: none).
 typedef struct {
-    uint8_t *rows;
+    uint8_t *rows, *cols;
     const float *scale;
     unsigned *record;
 } cuda_fp8_ln_out;
@@ -292,6 +298,18 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 // The rows copy of site's input x (numel elements, bf16) that its LayerNorm made; NULL when x is
 // not what the last LayerNorm op wrote with a copy for that site.
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel);
+// Where the forward writes the transposed E4M3 copy (C,N) of site's input x (N,C) bf16 (of gelu(x)
+// with gelu), by the layer's input scale, for its backward's weight-gradient product: kept as that
+// layer's until another copy of x is kept or a LayerNorm op writes x. NULL when none is to be
+// made: no delayed scaling, the slot without a history yet (the buffer is sized then all the
+// same, so that a recorded step does not allocate), N or C not a multiple of 16, or no memory to
+// spare.
+uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu);
+// The transposed copy of site's input x (numel elements; of gelu(x) with gelu) kept for it; NULL
+// when there is none.
+const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu);
+// Forgets every layer's transposed copy of x (one that was to be made and was not).
+void cuda_fp8_forget_cols(loom_cuda *cu, const void *x);
 // The copies a step's weights have (cuda_fp8_weights): of site's weight w (numel elements, bf16),
 // its rows (OC,C) or with cols its transpose (C,OC); NULL when w has none this step.
 const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols);
@@ -313,6 +331,11 @@ typedef struct {
 } cuda_fp8_group;
 // The tiles a weight (R,K) takes in the grouped cast, and how many of them lie along K.
 int cuda_fp8_group_tiles(int R, int K, int *tiles_k);
+// cols (K,R) = rows (R,K) transposed, FP8 bytes (R and K multiples of 16, 16-byte aligned): one
+// read and one write of R K bytes; with record, *record raised to *amax (fp32: the amax of what
+// rows holds, as a product's amax_d writes it).
+void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K,
+                        const float *amax, unsigned *record);
 // One launch of `blocks` blocks converting the n weights of g (device memory, each weight's first
 // tile following the last one's, R and K multiples of 16, 16-byte aligned) as quantize_kernel does
 // (fp8.cu): the same bytes and amax as their casts one at a time.

@@ -24,6 +24,10 @@
 // delayed scaling the fc product's forward writes that output in FP8 itself (cuda_fp8_mlp_forward).
 // Under delayed scaling the forward product of a layer whose input is a LayerNorm's output takes
 // that input's copy from the LayerNorm, which writes it as it writes the output (fp8_kept.cu).
+// Under delayed scaling too, each layer's input copy for its dw product, (inp^T)8, is made in the
+// forward and kept to its backward (fp8_kept.cu): transposed from the LayerNorm's copy or the fc
+// product's FP8 GELU output (transpose_kernel), or written beside the rows copy by a forward
+// product's own cast of its input.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/gelu.cuh"
@@ -91,6 +95,21 @@ __device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t 
     c = __byte_perm(t2, t3, 0x5410), d = __byte_perm(t2, t3, 0x7632);
 }
 
+// The 8x8 block at (r, c) of an FP8 (R,K), whose row k's bytes 0-3 are lo[k] and 4-7 hi[k], into
+// cols (K,R) at (c, r): transposed in registers, a column's 8 bytes in one store
+__device__ __forceinline__ void store_cols(uint8_t *cols, uint32_t *lo, uint32_t *hi, int64_t r, int64_t c,
+                                           int64_t R) {
+    transpose4x4(lo[0], lo[1], lo[2], lo[3]); // lo[j]: column j of rows 0-3
+    transpose4x4(lo[4], lo[5], lo[6], lo[7]); // lo[4 + j]: column j of rows 4-7
+    transpose4x4(hi[0], hi[1], hi[2], hi[3]); // the same for columns 4-7
+    transpose4x4(hi[4], hi[5], hi[6], hi[7]);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        *(uint2 *)(cols + (c + j) * R + r) = make_uint2(lo[j], lo[4 + j]);
+        *(uint2 *)(cols + (c + 4 + j) * R + r) = make_uint2(hi[j], hi[4 + j]);
+    }
+}
+
 // The 8x8 block at (r, c) of the values that cast OP converts from src (R,K) (and pre), times s,
 // into rows (R,K) and cols (K,R), each where not NULL; returns their largest |x| (NaN ignored),
 // and with SUMS their 8 column sums added to cs (rows in order). The thread's 8 row loads (16 with
@@ -117,16 +136,7 @@ __device__ __forceinline__ float quantize_block(uint8_t *rows, uint8_t *cols, fl
         lo[k] = q.x, hi[k] = q.y;
         if (rows) *(uint2 *)(rows + (r + k) * K + c) = q;
     }
-    if (!cols) return m;
-    transpose4x4(lo[0], lo[1], lo[2], lo[3]); // lo[j]: column j of rows 0-3
-    transpose4x4(lo[4], lo[5], lo[6], lo[7]); // lo[4 + j]: column j of rows 4-7
-    transpose4x4(hi[0], hi[1], hi[2], hi[3]); // the same for columns 4-7
-    transpose4x4(hi[4], hi[5], hi[6], hi[7]);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        *(uint2 *)(cols + (c + j) * R + r) = make_uint2(lo[j], lo[4 + j]);
-        *(uint2 *)(cols + (c + 4 + j) * R + r) = make_uint2(hi[j], hi[4 + j]);
-    }
+    if (cols) store_cols(cols, lo, hi, r, c, R);
     return m;
 }
 
@@ -205,6 +215,31 @@ __global__ void quantize_rows_kernel(uint8_t *rows, float *inv, const __nv_bfloa
         ((uint2 *)rows)[i] = fp8_pack(x, s, fmt);
     }
     if (record) record_max<FP8_THREADS>(m, record);
+}
+
+// cols (K,R) = rows (R,K) transposed (FP8 bytes), in quantize_kernel's tiles and 8x8 blocks; with
+// record, *record raised to *amax (fp32) by the grid's first thread
+__global__ void transpose_kernel(uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K, const float *amax,
+                                 unsigned *record) {
+    cuda_pdl_begin();
+    if (record && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicMax(record, __float_as_uint(*amax));
+    int64_t r, c;
+    tile_block(blockIdx.x, blockIdx.y, r, c);
+    if (r >= R || c >= K) return;
+    uint32_t lo[FP8_VEC], hi[FP8_VEC];
+#pragma unroll
+    for (int k = 0; k < FP8_VEC; k++) {
+        uint2 q = *(const uint2 *)(rows + (r + k) * K + c);
+        lo[k] = q.x, hi[k] = q.y;
+    }
+    store_cols(cols, lo, hi, r, c, R);
+}
+
+void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K, const float *amax,
+                        unsigned *record) {
+    LOOM_CHECK(R % 16 == 0 && K % 16 == 0 && (uintptr_t)rows % 16 == 0 && (uintptr_t)cols % 16 == 0);
+    dim3 grid((unsigned)((R + FP8_TILE_R - 1) / FP8_TILE_R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
+    cuda_launch(cu->stream, transpose_kernel, grid, FP8_THREADS, 0, cols, rows, R, K, amax, record);
 }
 
 // The weights of g (n) each as quantize_kernel<FP8_AS_IS> casts it with both copies and a scale
@@ -327,13 +362,16 @@ static const uint8_t *copy_a(loom_cuda *cu, const cuda_gemm *g, int site, cuda_f
 
 // B (n,k) of g, operand `role` of layer `site`, as its FP8 copy: the one the layer's LayerNorm
 // made when B is the layer's input as that wrote it, rows as they are (fp8_kept.cu), else b8 cast
-// from src (quantize_b)
+// from src (quantize_b); a forward product's cast of its input writes the input's transposed
+// copy for the layer's backward as well, where one is kept (cuda_fp8_keep_cols)
 static const uint8_t *copy_b(loom_cuda *cu, const cuda_gemm *g, int site, cuda_fp8_role role, uint8_t *b8,
                              fp8_cast c, unsigned *amax, fp8_src src) {
     bool input = role == CUDA_FP8_INPUT && src.op == FP8_AS_IS && src.x == g->b && !g->transb;
     const uint8_t *kept = input ? cuda_fp8_kept_input(cu, site, g->b, g->n * g->k) : NULL;
     if (kept) return kept;
-    quantize_b(cu, g, b8, c, amax, src, role == CUDA_FP8_GRAD);
+    uint8_t *cols = input ? cuda_fp8_keep_cols(cu, site, g->b, g->n, g->k, false) : NULL;
+    if (cols) quantize(cu, b8, cols, c, amax, src, g->n, g->k, false);
+    else quantize_b(cu, g, b8, c, amax, src, role == CUDA_FP8_GRAD);
     return b8;
 }
 
@@ -348,7 +386,7 @@ static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *
     return cuda_gemm_run(cu, &f);
 }
 
-// The scratch's head: three amax slots, then three scales 16-byte aligned (cuBLASLt's FP8
+// The scratch's head: four amax slots, then three scales 16-byte aligned (cuBLASLt's FP8
 // kernels refuse others at run time: NOT_SUPPORTED); the copies follow at FP8_HEAD
 #define FP8_HEAD 256
 struct fp8_head {
@@ -359,10 +397,11 @@ static fp8_head fp8_head_of(char *base) {
     return fp8_head{(unsigned *)base, {(float *)(base + 64), (float *)(base + 128), (float *)(base + 192)}};
 }
 
-// The amax slots zeroed when a cast scales by its current amax (`needed`: delayed scaling's casts
-// with a history read none)
+// The amax slots (three for the casts, a fourth for a product's amax_d) zeroed when a cast scales
+// by its current amax or a product writes an amax (`needed`: delayed scaling's casts with a
+// history read none)
 static void fp8_head_clear(loom_cuda *cu, fp8_head h, bool needed) {
-    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 3 * sizeof(unsigned), cu->stream));
+    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 4 * sizeof(unsigned), cu->stream));
 }
 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
@@ -400,9 +439,13 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     quantize(cu, rows, cols, cd, &h.amax[0], d, N, OC, true, colpart); // one amax, one read of dout
     const uint8_t *wa = copy_a(cu, gi, cu->base.fp8_site, CUDA_FP8_WEIGHT, a8, cw, &h.amax[1], as_is(gi->a));
     *si = fp8_run(cu, gi, wa, cw.inv, rows, cd.inv, true);
+    // the input's transposed copy from the forward (fp8_kept.cu), else cast into a8 again (in
+    // stream order after gi's product)
     fp8_src x = gelu.inp_pre ? fp8_src{gelu.inp_pre, FP8_GELU, NULL} : as_is(gw->a);
-    quantize_a(cu, gw, a8, cx, &h.amax[2], x); // a8 again: in stream order after gi's product
-    *sw = fp8_run(cu, gw, a8, cx.inv, cols, cd.inv, true);
+    const uint8_t *xt =
+        gw->transa ? NULL : cuda_fp8_kept_cols(cu, cu->base.fp8_site, x.x, gw->m * gw->k, x.op == FP8_GELU);
+    if (!xt) quantize_a(cu, gw, a8, cx, &h.amax[2], x);
+    *sw = fp8_run(cu, gw, xt ? xt : a8, cx.inv, cols, cd.inv, true);
     if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
         cuda_add_partials(cu, dbias, true, colpart, quantize_chunks(N), OC, OC);
 }
@@ -412,6 +455,9 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     LOOM_CHECK(gp->b == gf->d && gp->k == gf->m && gp->n == gf->n && gf->transa && !gf->transb && gp->transa &&
                !gp->transb); // gp's B (N,OC) is gf's D, both products in the forward's layout
     if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    // the GELU output's transposed copy for the fcproj layer's backward (sized from the first
+    // step on), with its amax from the product's (the backward's cast of gelu(pre) would record it)
+    uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->aux, gf->n, gf->m, true);
     if (!cuda_fp8_ready(cu, site_proj, CUDA_FP8_INPUT)) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t act_bytes = cuda_align256((size_t)(gf->m * gf->n)), fw_bytes = cuda_align256((size_t)(gf->m * gf->k));
     size_t in_bytes = cuda_align256((size_t)(gf->n * gf->k)), pw_bytes = cuda_align256((size_t)(gp->m * gp->k));
@@ -428,13 +474,19 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
         c[layer][1] = cuda_fp8_cast_at(cu, site, CUDA_FP8_WEIGHT, h.inv[layer]);
     }
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
-    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
+    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale || act_t);
     const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, cfw, &h.amax[1], as_is(gf->a));
     const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, cin, &h.amax[2], as_is(gf->b));
     cuda_gemm f = *gf;
-    f.d = act8, f.scale_d = cact.scale;
+    f.d = act8, f.scale_d = cact.scale, f.amax_d = act_t ? (float *)&h.amax[3] : NULL;
     cublasStatus_t st = fp8_run(cu, &f, fw, cfw.inv, in, cin.inv, false);
+    if (st != CUBLAS_STATUS_SUCCESS && act_t) { // without the amax, and no copy kept
+        cuda_fp8_forget_cols(cu, gf->aux);
+        act_t = NULL, f.amax_d = NULL;
+        st = fp8_run(cu, &f, fw, cfw.inv, in, cin.inv, false);
+    }
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (act_t) cuda_fp8_transpose(cu, act_t, act8, gf->n, gf->m, f.amax_d, cact.record);
     const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, cpw, &h.amax[0], as_is(gp->a));
     return fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, false);
 }

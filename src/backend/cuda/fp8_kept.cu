@@ -10,9 +10,29 @@
 // - a step's weights (backend.h's fp8_weights): both copies of every weight in one launch after
 //   the step's fp8_begin, kept until its roll, so the forward's and the backward's casts of each
 //   weight (one each a micro-batch) become one read a step, and 8 small launches a layer none.
+// - a linear layer's input transposed, (C,N), for its weight-gradient product in the backward, as
+//   Transformer Engine's Linear keeps its input's FP8 transpose from the forward: transposed from
+//   the LayerNorm's copy while that is in L2, or written by a forward product's own cast of its
+//   input in the same read, so the backward's cast of the input (2 bytes an element read, a launch
+//   a layer) goes. The fcproj layer's input under --recompute gelu, the GELU output that the fc
+//   product writes in FP8 (fp8.cu's cuda_fp8_mlp_forward), is transposed from that: the bytes
+//   the forward product took, where the backward's cast of gelu(pre) rounded its own GELU of the
+//   bf16 pre. One buffer a layer, kept from the forward to the backward (gpt2 at B=16: 0.98 GiB;
+//   gpt2-xl at B=8: 4.1 GiB): a copy answers for a tensor while that holds what the copy was made
+//   from, told by its address, size and layer; a new copy of the same tensor, or a LayerNorm op
+//   writing it, forgets the old one.
 #include "backend/cuda/cuda_ops.h"
 
 #include <string.h>
+
+// a layer's transposed input copy (cuda_fp8_keep_cols)
+struct kept_cols {
+    uint8_t *cols;
+    size_t bytes;
+    const void *x; // what it is a copy of (NULL: none)
+    int64_t numel;
+    bool gelu;     // of gelu(x)
+};
 
 struct cuda_fp8_kept {
     // the LayerNorm's copy
@@ -30,6 +50,9 @@ struct cuda_fp8_kept {
     uint8_t *copies;          // each weight's rows, then its cols (256-byte aligned)
     size_t copies_bytes;
     bool valid;               // made since the last roll
+    // the layers' transposed inputs, by site
+    kept_cols *inputs;
+    int ninputs;
 };
 
 static cuda_fp8_kept *kept_of(loom_cuda *cu) {
@@ -49,17 +72,54 @@ static bool reserve(loom_cuda *cu, void **p, size_t *have, size_t bytes) {
     return *p != NULL;
 }
 
+// Forgets every layer's transposed copy of x
+static void forget_cols(cuda_fp8_kept *k, const void *x) {
+    for (int i = 0; i < k->ninputs; i++)
+        if (k->inputs[i].x == x) k->inputs[i].x = NULL;
+}
+
 cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, int64_t C, bool fits) {
-    if (cu->fp8_kept) cu->fp8_kept->x = NULL;
+    if (cu->fp8_kept) cu->fp8_kept->x = NULL, forget_cols(cu->fp8_kept, out);
     int site = cu->base.fp8_site_ln;
     if (site < 0 || !cu->base.fp8 || cu->base.fp8_history <= 0 || !fits) return cuda_fp8_ln_out{};
     cuda_fp8_kept *k = kept_of(cu);
     // sized at the first step (no history yet), so that a recording does not allocate
     if (!reserve(cu, (void **)&k->rows, &k->rows_bytes, (size_t)(N * C))) return cuda_fp8_ln_out{};
+    uint8_t *cols = cuda_fp8_keep_cols(cu, site, out, N, C, false);
     if (!cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return cuda_fp8_ln_out{};
     fp8_cast c = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, NULL);
     k->site = site, k->x = out, k->numel = N * C;
-    return cuda_fp8_ln_out{k->rows, c.scale, c.record};
+    return cuda_fp8_ln_out{k->rows, cols, c.scale, c.record};
+}
+
+uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu) {
+    if (site < 0 || !cu->base.fp8 || cu->base.fp8_history <= 0 || N % 16 || C % 16) return NULL;
+    cuda_fp8_kept *k = kept_of(cu);
+    forget_cols(k, x);
+    if (site >= k->ninputs) {
+        kept_cols *grown = (kept_cols *)loom_xcalloc((size_t)site + 1, sizeof *grown);
+        if (k->ninputs) memcpy(grown, k->inputs, (size_t)k->ninputs * sizeof *grown);
+        free(k->inputs);
+        k->inputs = grown, k->ninputs = site + 1;
+    }
+    kept_cols *e = &k->inputs[site];
+    e->x = NULL; // the layer's copy of another tensor goes (reserve may move its buffer)
+    // sized at the first step (no history yet), so that a recording does not allocate
+    if (!reserve(cu, (void **)&e->cols, &e->bytes, (size_t)(N * C)) || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT))
+        return NULL;
+    e->x = x, e->numel = N * C, e->gelu = gelu;
+    return e->cols;
+}
+
+void cuda_fp8_forget_cols(loom_cuda *cu, const void *x) {
+    if (cu->fp8_kept) forget_cols(cu->fp8_kept, x);
+}
+
+const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu) {
+    const cuda_fp8_kept *k = cu->fp8_kept;
+    if (!k || site < 0 || site >= k->ninputs || !x || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return NULL;
+    const kept_cols *e = &k->inputs[site];
+    return e->x == x && e->numel == numel && e->gelu == gelu ? e->cols : NULL;
 }
 
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel) {
@@ -136,6 +196,7 @@ void cuda_fp8_kept_free(loom_cuda *cu) {
     cu->base.free(&cu->base, k->rows);
     cu->base.free(&cu->base, k->copies);
     cu->base.free(&cu->base, k->dev);
-    free(k->groups), free(k->sites), free(k);
+    for (int i = 0; i < k->ninputs; i++) cu->base.free(&cu->base, k->inputs[i].cols);
+    free(k->inputs), free(k->groups), free(k->sites), free(k);
     cu->fp8_kept = NULL;
 }

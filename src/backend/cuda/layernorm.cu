@@ -282,6 +282,7 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
                         cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data, (const bf16 *)b.data,
                         (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale, f.record);
         });
+        if (f.cols) cuda_fp8_transpose(cu, f.cols, f.rows, N, C, NULL, NULL); // from L2, for the layer's backward
         return;
     }
     CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(W, C, {

@@ -26,10 +26,10 @@
 
 typedef struct { // what the heuristic's answer depends on (no padding: hashed as bytes)
     int64_t m, n, k, lda, ldb, ldd;
-    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, type_d;
-    uint32_t align_a, align_b, align_d;
-    uint16_t align_aux, align_c;
+    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, type_d, amax_d;
+    uint32_t align_a, align_b, align_d, align_aux, align_c;
 } lt_key;
+static_assert(sizeof(lt_key) == 6 * 8 + 9 * 4 + 5 * 4, "lt_key is hashed as bytes: no padding");
 
 #define LT_TUNE_CANDIDATES 8 // the heuristic's candidates lt_tune times
 #define LT_TUNE_REPS 5       // timed runs of each, after one untimed
@@ -126,6 +126,7 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     // the aux's, unread as C at beta 0
     cudaDataType_t type_d = g->scale_d ? CUDA_R_8F_E4M3 : type;
     LOOM_CHECK(!g->scale_d || (g->aux && g->beta == 0.0f && !g->c));
+    LOOM_CHECK(!g->amax_d || g->scale_d);
     const void *c = g->scale_d ? g->aux : g->c ? g->c : g->d;
     int8_t fast = g->scale_a && g->fast_accum;
     cublasLtMatmulDesc_t desc;
@@ -146,6 +147,7 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         if (g->bias) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
         if (g->aux) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type);
         if (g->scale_d) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &g->scale_d, sizeof g->scale_d);
+        if (g->amax_d) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof g->amax_d);
     }
     cublasLtMatrixLayout_t la, lb, lc, ld;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
@@ -153,9 +155,9 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, type, g->m, g->n, g->ldd));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type_d, g->m, g->n, g->ldd));
     lt_key key = {g->m, g->n, g->k, g->lda, g->ldb, g->ldd, g->transa, g->transb, (int32_t)g->epilogue,
-                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, (int32_t)type_d, lt_alignment(g->a),
-                  lt_alignment(g->b), lt_alignment(g->d), (uint16_t)(g->aux ? lt_alignment(g->aux) : 0),
-                  (uint16_t)lt_alignment(c)};
+                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, (int32_t)type_d, g->amax_d != NULL,
+                  lt_alignment(g->a), lt_alignment(g->b), lt_alignment(g->d), g->aux ? lt_alignment(g->aux) : 0,
+                  lt_alignment(c)};
     lt_algo *hit;
     HASH_FIND(hh, cu->algos, &key, sizeof key, hit);
     if (!hit) {
@@ -405,7 +407,8 @@ extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, lo
 // Under precision fp8 with the weight gradients, the GELU's backward goes into the FP8 casts
 // (cuda_fp8_backward's gelu) instead of the DGELU product, which stays in bf16 (matmul_dinp):
 // the fcproj layer's dinp product is a plain FP8 one (dfch = dout @ projw), its dw product casts
-// gelu(pre) (act is neither read nor recomputed), and the fc layer's output-gradient cast
+// gelu(pre) (act is neither read nor recomputed) or takes the transposed copy of the GELU output
+// that the forward kept (fp8_kept.cu), and the fc layer's output-gradient cast
 // converts dfch gelu'(pre). A product cuBLASLt refuses in FP8 runs in bf16, from the tensors as
 // the plain ops have them.
 extern "C" void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw,
@@ -423,7 +426,9 @@ extern "C" void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tenso
     loom_tensor none = {};
     cublasStatus_t si, sw;
     cuda_gemm gi = dinp_gemm(dfch, dout, projw), gw = dw_gemm(dprojw, dout, act);
-    cuda_fp8_backward(cu, &gi, &gw, dprojb.data, cuda_fp8_gelu{NULL, pre.data}, &si, &sw);
+    // act's transposed copy where the forward kept one (fp8_kept.cu), else a cast of gelu(pre)
+    bool act_t = act_kept && cuda_fp8_kept_cols(cu, be->fp8_site, act.data, loom_numel(&act), false);
+    cuda_fp8_backward(cu, &gi, &gw, dprojb.data, cuda_fp8_gelu{NULL, act_t ? NULL : pre.data}, &si, &sw);
     if (si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dfch, dout, projw, none);
     if (sw != CUBLAS_STATUS_SUCCESS) {
         if (!act_kept) cuda_gelu_forward(be, act, pre);
