@@ -299,17 +299,20 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 // not what the last LayerNorm op wrote with a copy for that site.
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel);
 // Where the forward writes the transposed E4M3 copy (C,N) of site's input x (N,C) bf16 (of gelu(x)
-// with gelu), by the layer's input scale, for its backward's weight-gradient product: kept as that
-// layer's until another copy of x is kept or a LayerNorm op writes x. NULL when none is to be
-// made: no delayed scaling, the slot without a history yet (the buffer is sized then all the
-// same, so that a recorded step does not allocate), N or C not a multiple of 16, or no memory to
-// spare.
+// with gelu), by the layer's input scale, for its backward's weight-gradient product: kept until
+// another copy of x is kept or a LayerNorm op writes x, in a buffer of x's address. NULL when
+// none is to be made: no delayed scaling, the slot without a history yet (the buffer is sized then
+// all the same, so that a recorded step does not allocate), N or C not a multiple of 16, or no
+// memory to spare.
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu);
 // The transposed copy of site's input x (numel elements; of gelu(x) with gelu) kept for it; NULL
 // when there is none.
 const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu);
-// Forgets every layer's transposed copy of x (one that was to be made and was not).
+// Forgets the transposed copy of x (one that was to be made and was not).
 void cuda_fp8_forget_cols(loom_cuda *cu, const void *x);
+// Frees the transposed copies' buffers that no cuda_fp8_keep_cols asked for since the last call
+// (the tensors moved or are gone); at fp8_begin, except while a graph is being recorded.
+void cuda_fp8_kept_collect(loom_cuda *cu);
 // The copies a step's weights have (cuda_fp8_weights): of site's weight w (numel elements, bf16),
 // its rows (OC,C) or with cols its transpose (C,OC); NULL when w has none this step.
 const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols);

@@ -17,21 +17,26 @@
 //   a layer) goes. The fcproj layer's input under --recompute gelu, the GELU output that the fc
 //   product writes in FP8 (fp8.cu's cuda_fp8_mlp_forward), is transposed from that: the bytes
 //   the forward product took, where the backward's cast of gelu(pre) rounded its own GELU of the
-//   bf16 pre. One buffer a layer, kept from the forward to the backward (gpt2 at B=16: 0.98 GiB;
-//   gpt2-xl at B=8: 4.1 GiB): a copy answers for a tensor while that holds what the copy was made
-//   from, told by its address, size and layer; a new copy of the same tensor, or a LayerNorm op
-//   writing it, forgets the old one.
+//   bf16 pre. A copy answers for a tensor while that holds what the copy was made from, told by
+//   its address, size and layer; a new copy of the same tensor, or a LayerNorm op writing it,
+//   forgets the old one. Its buffer belongs to the tensor's address, so the copies take what the
+//   tensors they stand for take at 1 byte an element (gpt2 at B=16: 0.98 GiB; under --recompute
+//   full, whose blocks share one slot for each activation, one block's); a buffer no forward asked
+//   for during a step is freed at the next step's fp8_begin.
 #include "backend/cuda/cuda_ops.h"
 
 #include <string.h>
 
-// a layer's transposed input copy (cuda_fp8_keep_cols)
+// a transposed input copy (cuda_fp8_keep_cols): its buffer belongs to the tensor's address, so
+// that tensors the blocks share (--recompute full's one slot) share their copies' buffer too
 struct kept_cols {
+    const void *x; // the tensor
     uint8_t *cols;
     size_t bytes;
-    const void *x; // what it is a copy of (NULL: none)
+    int site;      // the layer the copy was made for (-1: none held)
     int64_t numel;
     bool gelu;     // of gelu(x)
+    bool used;     // asked for since the last fp8_begin (cuda_fp8_kept_collect)
 };
 
 struct cuda_fp8_kept {
@@ -50,9 +55,9 @@ struct cuda_fp8_kept {
     uint8_t *copies;          // each weight's rows, then its cols (256-byte aligned)
     size_t copies_bytes;
     bool valid;               // made since the last roll
-    // the layers' transposed inputs, by site
+    // the layers' transposed inputs, by tensor
     kept_cols *inputs;
-    int ninputs;
+    int ninputs, cap;
 };
 
 static cuda_fp8_kept *kept_of(loom_cuda *cu) {
@@ -72,10 +77,17 @@ static bool reserve(loom_cuda *cu, void **p, size_t *have, size_t bytes) {
     return *p != NULL;
 }
 
-// Forgets every layer's transposed copy of x
+// The entry of tensor x's transposed copies (NULL: none)
+static kept_cols *cols_of(const cuda_fp8_kept *k, const void *x) {
+    for (int i = 0; k && i < k->ninputs; i++)
+        if (k->inputs[i].x == x) return &k->inputs[i];
+    return NULL;
+}
+
+// Forgets the transposed copy of x
 static void forget_cols(cuda_fp8_kept *k, const void *x) {
-    for (int i = 0; i < k->ninputs; i++)
-        if (k->inputs[i].x == x) k->inputs[i].x = NULL;
+    kept_cols *e = cols_of(k, x);
+    if (e) e->site = -1;
 }
 
 cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, int64_t C, bool fits) {
@@ -95,20 +107,42 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu) {
     if (site < 0 || !cu->base.fp8 || cu->base.fp8_history <= 0 || N % 16 || C % 16) return NULL;
     cuda_fp8_kept *k = kept_of(cu);
-    forget_cols(k, x);
-    if (site >= k->ninputs) {
-        kept_cols *grown = (kept_cols *)loom_xcalloc((size_t)site + 1, sizeof *grown);
-        if (k->ninputs) memcpy(grown, k->inputs, (size_t)k->ninputs * sizeof *grown);
-        free(k->inputs);
-        k->inputs = grown, k->ninputs = site + 1;
+    kept_cols *e = cols_of(k, x);
+    if (!e) {
+        if (k->ninputs == k->cap) {
+            k->cap = k->cap ? 2 * k->cap : 64;
+            kept_cols *grown = (kept_cols *)loom_xcalloc((size_t)k->cap, sizeof *grown);
+            if (k->ninputs) memcpy(grown, k->inputs, (size_t)k->ninputs * sizeof *grown);
+            free(k->inputs);
+            k->inputs = grown;
+        }
+        e = &k->inputs[k->ninputs++];
+        *e = kept_cols{x, NULL, 0, -1, 0, false, false};
     }
-    kept_cols *e = &k->inputs[site];
-    e->x = NULL; // the layer's copy of another tensor goes (reserve may move its buffer)
+    e->site = -1, e->used = true; // the old copy goes (reserve may move the buffer)
     // sized at the first step (no history yet), so that a recording does not allocate
     if (!reserve(cu, (void **)&e->cols, &e->bytes, (size_t)(N * C)) || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT))
         return NULL;
-    e->x = x, e->numel = N * C, e->gelu = gelu;
+    e->site = site, e->numel = N * C, e->gelu = gelu;
     return e->cols;
+}
+
+void cuda_fp8_kept_collect(loom_cuda *cu) {
+    cuda_fp8_kept *k = cu->fp8_kept;
+    cudaStreamCaptureStatus capturing;
+    CUDA_CHECK(cudaStreamIsCapturing(cu->stream, &capturing));
+    if (!k || capturing != cudaStreamCaptureStatusNone) return;
+    int n = 0;
+    for (int i = 0; i < k->ninputs; i++) {
+        kept_cols e = k->inputs[i];
+        if (e.used) {
+            e.used = false, k->inputs[n++] = e;
+        } else {
+            cu->base.free(&cu->base, e.cols);
+            cu->scratch_moves++; // a recorded graph that held it records again
+        }
+    }
+    k->ninputs = n;
 }
 
 void cuda_fp8_forget_cols(loom_cuda *cu, const void *x) {
@@ -116,10 +150,9 @@ void cuda_fp8_forget_cols(loom_cuda *cu, const void *x) {
 }
 
 const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu) {
-    const cuda_fp8_kept *k = cu->fp8_kept;
-    if (!k || site < 0 || site >= k->ninputs || !x || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return NULL;
-    const kept_cols *e = &k->inputs[site];
-    return e->x == x && e->numel == numel && e->gelu == gelu ? e->cols : NULL;
+    const kept_cols *e = x ? cols_of(cu->fp8_kept, x) : NULL;
+    if (!e || site < 0 || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return NULL;
+    return e->site == site && e->numel == numel && e->gelu == gelu ? e->cols : NULL;
 }
 
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel) {

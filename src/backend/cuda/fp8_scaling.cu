@@ -126,6 +126,7 @@ __global__ void roll_kernel(fp8_scale *scale, float *amax, float *ring, int *pos
 
 extern "C" void cuda_fp8_begin(loom_backend *be) {
     loom_cuda *cu = cuda_of(be);
+    cuda_fp8_kept_collect(cu);
     cuda_fp8_slots *f = cu->fp8;
     if (!f) return;
     CUDA_CHECK(cudaMemsetAsync(f->amax, 0, sizeof(float) * f->n, cu->stream));
