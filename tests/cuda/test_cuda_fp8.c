@@ -685,6 +685,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     test_delayed(256, 768, 2304);
     test_layernorm_kept(256, 768, 2304, false); // gpt2's qkv layer after ln1
     test_layernorm_kept(48, 1600, 6400, true);  // gpt2-xl's fc after ln2
+    test_layernorm_kept(80, 768, 768, true);    // a last block of the LayerNorm's transpose part-full
     test_layernorm_kept(48, 72, 192, false);    // C not a multiple of 16: no copy, bf16 products
     test_weights_kept(256, 768, 3072);           // gpt2's fc and fcproj weights
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {

@@ -87,29 +87,6 @@ template <int OP> __global__ void amax_kernel(const __nv_bfloat16 *x, const __nv
     record_max<FP8_THREADS>(m, amax);
 }
 
-// a b c d (4 rows of 4 bytes) transposed in place: a holds the first bytes of the four, and so on
-__device__ __forceinline__ void transpose4x4(uint32_t &a, uint32_t &b, uint32_t &c, uint32_t &d) {
-    uint32_t t0 = __byte_perm(a, b, 0x5140), t1 = __byte_perm(c, d, 0x5140); // a0 b0 a1 b1, c0 d0 c1 d1
-    uint32_t t2 = __byte_perm(a, b, 0x7362), t3 = __byte_perm(c, d, 0x7362); // a2 b2 a3 b3, c2 d2 c3 d3
-    a = __byte_perm(t0, t1, 0x5410), b = __byte_perm(t0, t1, 0x7632);
-    c = __byte_perm(t2, t3, 0x5410), d = __byte_perm(t2, t3, 0x7632);
-}
-
-// The 8x8 block at (r, c) of an FP8 (R,K), whose row k's bytes 0-3 are lo[k] and 4-7 hi[k], into
-// cols (K,R) at (c, r): transposed in registers, a column's 8 bytes in one store
-__device__ __forceinline__ void store_cols(uint8_t *cols, uint32_t *lo, uint32_t *hi, int64_t r, int64_t c,
-                                           int64_t R) {
-    transpose4x4(lo[0], lo[1], lo[2], lo[3]); // lo[j]: column j of rows 0-3
-    transpose4x4(lo[4], lo[5], lo[6], lo[7]); // lo[4 + j]: column j of rows 4-7
-    transpose4x4(hi[0], hi[1], hi[2], hi[3]); // the same for columns 4-7
-    transpose4x4(hi[4], hi[5], hi[6], hi[7]);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        *(uint2 *)(cols + (c + j) * R + r) = make_uint2(lo[j], lo[4 + j]);
-        *(uint2 *)(cols + (c + 4 + j) * R + r) = make_uint2(hi[j], hi[4 + j]);
-    }
-}
-
 // The 8x8 block at (r, c) of the values that cast OP converts from src (R,K) (and pre), times s,
 // into rows (R,K) and cols (K,R), each where not NULL; returns their largest |x| (NaN ignored),
 // and with SUMS their 8 column sums added to cs (rows in order). The thread's 8 row loads (16 with

@@ -21,6 +21,7 @@ typedef __nv_bfloat16 bf16;
 
 #define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8          // forward: warps per block, one row each
+#define LN_COLS_ROWS 32              // forward writing the FP8 copy's transpose: rows per block (4 a warp)
 #define LN_BWD_WARPS 16              // backward: warps per block at most, reading each row twice
 // the same holding the row (~100 registers at gpt2's C: 2 blocks an SM; 154 at 7 vectors: 1)
 #define LN_BWD_HELD_WARPS 8
@@ -120,21 +121,51 @@ __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x,
 // The same in bf16 vectors with the output's E4M3 copy rows8 (N,C) (cuda_fp8_ln_out): fp8(y s)
 // of each bf16 output y, as fp8.cu's casts convert it, s = *scale, and *record raised to the
 // largest |y|. 6 blocks an SM where the row is not held (40 registers; 44 unbounded would leave 5),
-// 4 where it is (62).
-template <int NV, bool RES>
+// 4 where it is (62). With COLS (a held row) the copy's transpose cols8 (C,N) as well, for the
+// layer's backward: a warp takes LN_COLS_ROWS / LN_ROWS_PER_BLOCK rows in turn, the block keeps
+// its LN_COLS_ROWS rows of the copy in shared memory (rows of C + 8 bytes: fewer bank conflicts),
+// then writes them transposed, 8x8 blocks as fp8.cu's transpose_kernel does, four threads to a
+// column's 32 bytes (whole sectors); against that kernel after this one, the copy is not read
+// back and there is one launch fewer.
+template <int NV, bool RES, bool COLS>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK, NV > 0 ? 4 : 6)
     layernorm_fp8_kernel(bf16 *out, float *mean, float *rstd, bf16 *x, const bf16 *ra, const bf16 *rb, const bf16 *w,
-                         const bf16 *b, int64_t N, int C, uint8_t *rows8, const float *scale, unsigned *record) {
+                         const bf16 *b, int64_t N, int C, uint8_t *rows8, uint8_t *cols8, const float *scale,
+                         unsigned *record) {
     cuda_pdl_begin();
-    int64_t row = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
+    constexpr int TURNS = COLS ? LN_COLS_ROWS / LN_ROWS_PER_BLOCK : 1; // rows a warp takes
+    extern __shared__ uint8_t ln_tile[]; // COLS: (LN_COLS_ROWS, C + 8) bytes
+    int warp = threadIdx.x / 32;
+    int64_t first = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK * TURNS; // the block's first row
     float s = *scale, amax = 0.0f;
-    uint8_t *r8 = rows8 + row * C;
-    if (row < N)
+    for (int i = 0; i < TURNS; i++) {
+        int local = i * LN_ROWS_PER_BLOCK + warp;
+        int64_t row = first + local;
+        if (row >= N) break;
+        uint8_t *r8 = rows8 + row * C, *t8 = ln_tile + (size_t)local * (C + 8);
         layernorm_row<bf16, FP8_VEC, NV, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [&](int c, float *v) {
 #pragma unroll
             for (int k = 0; k < FP8_VEC; k++) v[k] = to_f32(from_f32<bf16>(v[k])), amax = fmaxf(amax, fabsf(v[k]));
-            *(uint2 *)(r8 + c) = fp8_pack(v, s, __NV_E4M3);
+            uint2 q = fp8_pack(v, s, __NV_E4M3);
+            *(uint2 *)(r8 + c) = q;
+            if (COLS) *(uint2 *)(t8 + c) = q;
         });
+    }
+    if constexpr (COLS) {
+        __syncthreads();
+        constexpr int G = LN_COLS_ROWS / FP8_VEC; // 8-row groups of the block
+        for (int t = threadIdx.x; t < G * (C / FP8_VEC); t += blockDim.x) {
+            int g = t % G, c = t / G * FP8_VEC; // G consecutive threads: one column group, all rows
+            if (first + g * FP8_VEC >= N) continue;
+            uint32_t lo[FP8_VEC], hi[FP8_VEC];
+#pragma unroll
+            for (int k = 0; k < FP8_VEC; k++) {
+                uint2 q = *(const uint2 *)(ln_tile + (size_t)(g * FP8_VEC + k) * (C + 8) + c);
+                lo[k] = q.x, hi[k] = q.y;
+            }
+            store_cols(cols8, lo, hi, first + g * FP8_VEC, c, N);
+        }
+    }
     record_max<32 * LN_ROWS_PER_BLOCK>(amax, record); // every thread: the rows past N with 0
 }
 
@@ -275,14 +306,20 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
     loom_cuda *cu = cuda_of(be);
     cuda_fp8_ln_out f = cuda_fp8_kept_begin(cu, out.data, N, C, bf && vec && C % 16 == 0);
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    if (f.rows) {
+    if (f.rows) { // the transpose too where a lane holds its row, else by a kernel after (from L2)
+        bool cols = false;
         LN_HELD_DISPATCH(FP8_VEC, C, {
-            auto kernel = fused ? layernorm_fp8_kernel<NV, true> : layernorm_fp8_kernel<NV, false>;
-            cuda_launch(cu->stream, kernel, blocks, 32 * LN_ROWS_PER_BLOCK, 0, (bf16 *)out.data, cuda_f32(mean),
-                        cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data, (const bf16 *)b.data,
-                        (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows, f.scale, f.record);
+            constexpr bool COLS = NV > 0;
+            cols = COLS && f.cols;
+            auto kernel = cols ? fused ? layernorm_fp8_kernel<NV, true, COLS> : layernorm_fp8_kernel<NV, false, COLS>
+                               : fused ? layernorm_fp8_kernel<NV, true, false> : layernorm_fp8_kernel<NV, false, false>;
+            unsigned grid = cols ? (unsigned)((N + LN_COLS_ROWS - 1) / LN_COLS_ROWS) : blocks;
+            cuda_launch(cu->stream, kernel, grid, 32 * LN_ROWS_PER_BLOCK, cols ? LN_COLS_ROWS * (C + 8) : 0,
+                        (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
+                        (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows,
+                        cols ? f.cols : NULL, f.scale, f.record);
         });
-        if (f.cols) cuda_fp8_transpose(cu, f.cols, f.rows, N, C, NULL, NULL); // from L2, for the layer's backward
+        if (f.cols && !cols) cuda_fp8_transpose(cu, f.cols, f.rows, N, C, NULL, NULL);
         return;
     }
     CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(W, C, {
