@@ -205,7 +205,7 @@ typedef struct {
     // With FP8 operands, D in E4M3 when set: D = fp8(*scale_d (the product + epilogue)), saturated;
     // the epilogue's bias and aux stay in bf16 (an FP8 output GEMM, as Transformer Engine's).
     // Needs an aux, beta 0 and no c (cuda_gemm_run hands cuBLASLt the aux as C, unread). With
-    // amax_d as well, cuBLASLt writes there the largest |value| of D before the scale (fp32).
+    // amax_d as well, cuBLASLt sets *amax_d to the largest |value| of D before the scale (fp32).
     const float *scale_d;
     float *amax_d;
 } cuda_gemm;

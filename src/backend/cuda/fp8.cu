@@ -363,8 +363,9 @@ static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *
     return cuda_gemm_run(cu, &f);
 }
 
-// The scratch's head: four amax slots, then three scales 16-byte aligned (cuBLASLt's FP8
-// kernels refuse others at run time: NOT_SUPPORTED); the copies follow at FP8_HEAD
+// The scratch's head: four amax slots (the casts' three and a product's amax_d), then three scales
+// 16-byte aligned (cuBLASLt's FP8 kernels refuse others at run time: NOT_SUPPORTED); the copies
+// follow at FP8_HEAD
 #define FP8_HEAD 256
 struct fp8_head {
     unsigned *amax;
@@ -374,11 +375,11 @@ static fp8_head fp8_head_of(char *base) {
     return fp8_head{(unsigned *)base, {(float *)(base + 64), (float *)(base + 128), (float *)(base + 192)}};
 }
 
-// The amax slots (three for the casts, a fourth for a product's amax_d) zeroed when a cast scales
-// by its current amax or a product writes an amax (`needed`: delayed scaling's casts with a
-// history read none)
+// The casts' three amax slots zeroed when a cast scales by its current amax (`needed`: delayed
+// scaling's casts with a history read none). The fourth, a product's amax_d, needs none: cuBLASLt
+// sets it (a probe with 0x7f bytes there before the product gave the tensor's amax).
 static void fp8_head_clear(loom_cuda *cu, fp8_head h, bool needed) {
-    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 4 * sizeof(unsigned), cu->stream));
+    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 3 * sizeof(unsigned), cu->stream));
 }
 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
@@ -451,7 +452,7 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
         c[layer][1] = cuda_fp8_cast_at(cu, site, CUDA_FP8_WEIGHT, h.inv[layer]);
     }
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
-    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale || act_t);
+    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
     const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, cfw, &h.amax[1], as_is(gf->a));
     const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, cin, &h.amax[2], as_is(gf->b));
     cuda_gemm f = *gf;
