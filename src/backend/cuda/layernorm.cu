@@ -307,19 +307,20 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
     cuda_fp8_ln_out f = cuda_fp8_kept_begin(cu, out.data, N, C, bf && vec && C % 16 == 0);
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
     if (f.rows) { // the transpose too where a lane holds its row, else by a kernel after (from L2)
-        bool cols = false;
+        bool in_kernel = false;
         LN_HELD_DISPATCH(FP8_VEC, C, {
             constexpr bool COLS = NV > 0;
-            cols = COLS && f.cols;
-            auto kernel = cols ? fused ? layernorm_fp8_kernel<NV, true, COLS> : layernorm_fp8_kernel<NV, false, COLS>
-                               : fused ? layernorm_fp8_kernel<NV, true, false> : layernorm_fp8_kernel<NV, false, false>;
-            unsigned grid = cols ? (unsigned)((N + LN_COLS_ROWS - 1) / LN_COLS_ROWS) : blocks;
-            cuda_launch(cu->stream, kernel, grid, 32 * LN_ROWS_PER_BLOCK, cols ? LN_COLS_ROWS * (C + 8) : 0,
+            in_kernel = COLS && f.cols;
+            auto plain = fused ? layernorm_fp8_kernel<NV, true, false> : layernorm_fp8_kernel<NV, false, false>;
+            auto kernel = !in_kernel ? plain : fused ? layernorm_fp8_kernel<NV, true, COLS>
+                                                     : layernorm_fp8_kernel<NV, false, COLS>;
+            unsigned grid = in_kernel ? (unsigned)((N + LN_COLS_ROWS - 1) / LN_COLS_ROWS) : blocks;
+            cuda_launch(cu->stream, kernel, grid, 32 * LN_ROWS_PER_BLOCK, in_kernel ? LN_COLS_ROWS * (C + 8) : 0,
                         (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
                         (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows,
-                        cols ? f.cols : NULL, f.scale, f.record);
+                        in_kernel ? f.cols : NULL, f.scale, f.record);
         });
-        if (f.cols && !cols) cuda_fp8_transpose(cu, f.cols, f.rows, N, C, NULL, NULL);
+        if (f.cols && !in_kernel) cuda_fp8_transpose(cu, f.cols, f.rows, N, C, NULL, NULL);
         return;
     }
     CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(W, C, {
