@@ -377,14 +377,16 @@ struct loom_backend {
     // losses (n) fp32: the step's per-token losses (a mean of them is finite exactly when all are).
     void (*step_scalars)(loom_backend *be, loom_step_scalars *sc, loom_tensor losses, float max_norm);
 
-    // ---- FP8 delayed scaling (fp8_history above; NULL on the CPU) ----
+    // ---- FP8 delayed scaling (fp8_history above), and a step's FP8 weights (NULL on the CPU) ----
     // A step begins: every slot's amax zeroed (what casts outside training raised counts for
     // nothing). In order with the ops (a graph can record it).
     void (*fp8_begin)(loom_backend *be);
     // After fp8_begin: the FP8 copies of weights w[0..n) (bf16 (OC,C) each; sites[i] the linear
     // layer whose weight w[i] is, as fp8_site names it), its rows and its transpose, made in one
-    // launch and kept until the next fp8_roll, when every weight's slot has a history (else
-    // nothing: the matmul ops cast as before). Its amax is recorded in its slot as a cast's is.
+    // launch and kept until the next fp8_roll: under delayed scaling when every weight's slot has
+    // a history (else nothing: the matmul ops cast as before), its amax recorded in its slot as a
+    // cast's is; without (the tensorwise recipe) always, each scaled by its current amax (an amax
+    // pass over all of them first, a second launch), as its casts would be.
     // A matmul op of site sites[i] whose weight is w[i] then takes the copies in place of its
     // casts: the same bytes, one read of each weight a step instead of one a cast (Transformer
     // Engine keeps a step's FP8 weights likewise). The caller does not change a weight between

@@ -60,14 +60,14 @@ static loom_status pipeline_sync(loom_trainer *t) {
 }
 
 void loom_train_fp8_begin(loom_trainer *t) {
-    if (!t->be->fp8_history) return;
+    if (!t->be->fp8) return;
     t->be->fp8_begin(t->be);
     loom_gpt2_fp8_weights(t->model);
 }
 
 loom_status loom_train_fp8_end(loom_trainer *t) {
     loom_backend *be = t->be;
-    if (!be->fp8_history) return LOOM_OK;
+    if (!be->fp8) return LOOM_OK;
     size_t n;
     float *amax = be->fp8_amax(be, &n);
     if (amax && t->dp_size > 1) // (one rank: no copy through the host, and a graph may hold the roll)

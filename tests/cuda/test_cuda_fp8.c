@@ -14,9 +14,9 @@
 // scaling (fp8_history, test_delayed): seven steps of a layer's three products against references
 // rounded with the scales of a host model of its slots' amax histories, and the slots' recorded
 // amaxes exact. The FP8 copies made ahead of their products (fp8_kept.cu: a LayerNorm's of its
-// output, test_layernorm_kept; a step's of its weights, test_weights_kept) must give products
-// bit-identical to the casts' with the tensor they stand for overwritten by NaN. Exit 77
-// (skipped) without a CUDA device.
+// output, test_layernorm_kept; a step's of its weights, test_weights_kept, under either recipe)
+// must give products bit-identical to the casts' with the tensor they stand for overwritten by
+// NaN. Exit 77 (skipped) without a CUDA device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2
@@ -594,13 +594,16 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
 
 // A step's FP8 weights (backend.h's fp8_weights; fp8_kept.cu): three weights of three layers (a
 // layer's w (OC,C), the next layer's (C,OC), a small 48 x 32) copied in one launch after
-// fp8_begin, from the second step on (the first has no history: the products cast). In that second
-// step the first two weights are copied aside and overwritten with NaN behind the backend's back:
-// the first layer's forward, dinp and dw and the second's forward must be bit-identical to the
-// same products on the copies aside (which cast), and the weight slots' amaxes those of the
-// weights (exact). After the roll the copies are stale: with NaN in the weight again, a product
-// must read it (NaN out).
-static void test_weights_kept(int N, int C, int OC) {
+// fp8_begin, under delayed scaling from the second step on (the first has no history: the
+// products cast), by their current amaxes (tensorwise, `delayed` false) at every step. In the
+// second step the first two weights are copied aside and overwritten with NaN behind the
+// backend's back: the first layer's forward, dinp and dw and the second's forward must be
+// bit-identical to the same products on the copies aside (which cast), and under delayed scaling
+// the weight slots' amaxes those of the weights (exact). After the roll the copies are stale:
+// with NaN in the weight again, a product must read it (NaN out).
+static void test_weights_kept(int N, int C, int OC, bool delayed) {
+    int history = gpu->fp8_history;
+    if (!delayed) gpu->fp8_history = 0;
     buf x = b_randn((size_t)N * C, 1, dt), x2 = b_randn((size_t)N * OC, 1, dt), dout = b_randn((size_t)N * OC, 1, dt);
     buf wa = b_randn((size_t)OC * C, 0.2f, dt), wb = b_randn((size_t)C * OC, 0.2f, dt), wc = b_randn(48 * 32, 1, dt);
     buf aside_a = b_from(wa.h, wa.n, dt), aside_b = b_from(wb.h, wb.n, dt), xc = b_randn(16 * 32, 1, dt),
@@ -631,9 +634,9 @@ static void test_weights_kept(int N, int C, int OC) {
             gpu->fp8_site = -1;
         }
         for (int j = 0; j < 4; j++)
-            T_ASSERT(same_bits(got[j], want[j]), "fp8 weights kept N=%d C=%d OC=%d step %d: %s differs from the cast's",
-                     N, C, OC, step, names[j]);
-        if (step == 1) {
+            T_ASSERT(same_bits(got[j], want[j]), "fp8 weights kept (%s) N=%d C=%d OC=%d step %d: %s differs",
+                     delayed ? "delayed" : "tensorwise", N, C, OC, step, names[j]);
+        if (step == 1 && delayed) {
             size_t n;
             float *amax = gpu->fp8_amax(gpu, &n), dev[2];
             T_ASSERT(amax && n >= 3 * (W_SITE + 3), "fp8_amax: %zu slots", n);
@@ -651,6 +654,7 @@ static void test_weights_kept(int N, int C, int OC) {
     gpu->fp8_site = -1;
     T_ASSERT(nan_count(got[0]) > 0, "fp8 weights after the roll: the forward did not read its (NaN) weight");
     gpu->fp8_roll(gpu);
+    gpu->fp8_history = history;
     #undef PRODUCTS
     free(nan_h);
     buf *all[] = {&x, &x2, &dout, &wa, &wb, &wc, &aside_a, &aside_b, &xc, &xc_out, &got[0], &got[1], &got[2], &got[3],
@@ -687,7 +691,8 @@ static void run_mode(loom_dtype mode, bool quick) {
     test_layernorm_kept(48, 1600, 6400, true);  // gpt2-xl's fc after ln2
     test_layernorm_kept(80, 768, 768, true);    // a last block of the LayerNorm's transpose part-full
     test_layernorm_kept(48, 72, 192, false);    // C not a multiple of 16: no copy, bf16 products
-    test_weights_kept(256, 768, 3072);           // gpt2's fc and fcproj weights
+    test_weights_kept(256, 768, 3072, true);     // gpt2's fc and fcproj weights
+    test_weights_kept(256, 768, 3072, false);    // the same by their current amaxes
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
         const int *d = ragged[i];
         test_forward(d[0], d[1], d[2], false);

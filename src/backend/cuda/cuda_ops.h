@@ -314,22 +314,27 @@ void cuda_fp8_forget_cols(loom_cuda *cu, const void *x);
 // (the tensors moved or are gone); at fp8_begin, except while a graph is being recorded.
 void cuda_fp8_kept_collect(loom_cuda *cu);
 // The copies a step's weights have (cuda_fp8_weights): of site's weight w (numel elements, bf16),
-// its rows (OC,C) or with cols its transpose (C,OC); NULL when w has none this step.
-const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols);
+// its rows (OC,C) or with cols its transpose (C,OC), with *inv where its 1/s is when it is scaled
+// by its current amax (NULL: by its slot's, delayed scaling); NULL when w has none this step.
+const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols,
+                                    float **inv);
 // The weights' copies are stale from here on (fp8_roll: the optimizer may change the weights).
 void cuda_fp8_weights_end(loom_cuda *cu);
 // Frees the copies (at destroy).
 void cuda_fp8_kept_free(loom_cuda *cu);
 
 // A weight the grouped cast converts (cuda_fp8_cast_group): src (R,K) bf16 into rows (R,K) and
-// cols (K,R) E4M3 by *scale, *record raised to its amax; its tiles are blocks [first, first +
-// tiles) of the launch, tiles_k of them along K
+// cols (K,R) E4M3 by *scale with *record raised to its amax (delayed scaling), or with scale NULL
+// by FMAX / *amax (its current amax, fp32 bits, from the amax pass) with 1/s into *inv; its tiles
+// are blocks [first, first + tiles) of the launch, tiles_k of them along K
 typedef struct {
     const void *src;
     uint8_t *rows, *cols;
     int R, K;
     const float *scale;
     unsigned *record;
+    unsigned *amax;
+    float *inv;
     int first, tiles_k;
 } cuda_fp8_group;
 // The tiles a weight (R,K) takes in the grouped cast, and how many of them lie along K.
@@ -341,8 +346,10 @@ void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64
                         const float *amax, unsigned *record);
 // One launch of `blocks` blocks converting the n weights of g (device memory, each weight's first
 // tile following the last one's, R and K multiples of 16, 16-byte aligned) as quantize_kernel does
-// (fp8.cu): the same bytes and amax as their casts one at a time.
-void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks);
+// (fp8.cu): the same bytes and amax as their casts one at a time. With current (their scales from
+// their current amaxes; each *amax zeroed before) an amax pass over all of them first, another
+// launch.
+void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks, bool current);
 
 // Frees matmul.cu's cache of cuBLASLt algorithms (at destroy).
 void cuda_matmul_free_cache(loom_cuda *cu);

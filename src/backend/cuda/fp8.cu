@@ -219,11 +219,12 @@ void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64
     cuda_launch(cu->stream, transpose_kernel, grid, FP8_THREADS, 0, cols, rows, R, K, amax, record);
 }
 
-// The weights of g (n) each as quantize_kernel<FP8_AS_IS> casts it with both copies and a scale
-// from its slot: block b takes tile b - first of the weight whose tiles hold it (the last weight
-// whose first is at most b: a binary search), FP8_TILE_R x FP8_TILE_C as quantize_kernel's grid
-// would
-__global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
+// The weights of g (n) each as quantize_kernel<FP8_AS_IS> casts it with both copies: block b
+// takes tile b - first of the weight whose tiles hold it (the last weight whose first is at most
+// b: a binary search), FP8_TILE_R x FP8_TILE_C as quantize_kernel's grid would. With AMAX only
+// the weight's largest |x| into *amax; else the copies by *scale (delayed scaling, *record raised
+// to the amax) or by FMAX / *amax (the current amax, 1/s into *inv by the weight's first thread).
+template <bool AMAX> __global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
     cuda_pdl_begin();
     int lo = 0, hi = n - 1, b = blockIdx.x;
     while (lo < hi) {
@@ -235,10 +236,13 @@ __global__ void quantize_group_kernel(const cuda_fp8_group *g, int n) {
     int t = b - w.first;
     int64_t r, c;
     tile_block(t / w.tiles_k, t % w.tiles_k, r, c);
-    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS, false>(w.rows, w.cols, NULL, (const __nv_bfloat16 *)w.src,
-                                                                    NULL, r, c, w.R, w.K, *w.scale, __NV_E4M3)
+    float s = AMAX ? 1.0f : cast_scale(w.inv, false, w.amax, w.scale, t == 0 && threadIdx.x == 0);
+    float m = r < w.R && c < w.K ? quantize_block<FP8_AS_IS, false>(AMAX ? NULL : w.rows, AMAX ? NULL : w.cols, NULL,
+                                                                    (const __nv_bfloat16 *)w.src, NULL, r, c, w.R, w.K,
+                                                                    s, __NV_E4M3)
                                  : 0.0f;
-    record_max<FP8_THREADS>(m, w.record);
+    unsigned *into = AMAX ? w.amax : w.record;
+    if (into) record_max<FP8_THREADS>(m, into);
 }
 
 int cuda_fp8_group_tiles(int R, int K, int *tiles_k) {
@@ -246,8 +250,9 @@ int cuda_fp8_group_tiles(int R, int K, int *tiles_k) {
     return (R + FP8_TILE_R - 1) / FP8_TILE_R * *tiles_k;
 }
 
-void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks) {
-    cuda_launch(cu->stream, quantize_group_kernel, (unsigned)blocks, FP8_THREADS, 0, g, n);
+void cuda_fp8_cast_group(loom_cuda *cu, const cuda_fp8_group *g, int n, int blocks, bool current) {
+    if (current) cuda_launch(cu->stream, quantize_group_kernel<true>, (unsigned)blocks, FP8_THREADS, 0, g, n);
+    cuda_launch(cu->stream, quantize_group_kernel<false>, (unsigned)blocks, FP8_THREADS, 0, g, n);
 }
 
 // ---- the casts and the products ----
@@ -326,14 +331,18 @@ static void quantize_b(loom_cuda *cu, const cuda_gemm *g, uint8_t *b8, fp8_cast 
 }
 
 // A (m,k) of g, operand `role` of layer `site`, as its FP8 copy: the step's copy of the layer's
-// weight when A is that weight (rows as it is, cols transposed; fp8_kept.cu), else a8 cast from
-// src (quantize_a)
+// weight when A is that weight (rows as it is, cols transposed; fp8_kept.cu; c->inv then its 1/s
+// where it has its own), else a8 cast from src (quantize_a) as c says
 static const uint8_t *copy_a(loom_cuda *cu, const cuda_gemm *g, int site, cuda_fp8_role role, uint8_t *a8,
-                             fp8_cast c, unsigned *amax, fp8_src src) {
+                             fp8_cast *c, unsigned *amax, fp8_src src) {
     bool weight = role == CUDA_FP8_WEIGHT && src.op == FP8_AS_IS && src.x == g->a;
-    const uint8_t *kept = weight ? cuda_fp8_kept_weight(cu, site, g->a, g->m * g->k, !g->transa) : NULL;
-    if (kept) return kept;
-    quantize_a(cu, g, a8, c, amax, src);
+    float *inv = NULL;
+    const uint8_t *kept = weight ? cuda_fp8_kept_weight(cu, site, g->a, g->m * g->k, !g->transa, &inv) : NULL;
+    if (kept) {
+        if (inv) c->inv = inv; // scaled by the weight's current amax: its 1/s
+        return kept;
+    }
+    quantize_a(cu, g, a8, *c, amax, src);
     return a8;
 }
 
@@ -391,7 +400,7 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     fp8_cast ca = cuda_fp8_cast_of(cu, role_a, h.inv[0]), cb = cuda_fp8_cast_of(cu, role_b, h.inv[1]);
     fp8_head_clear(cu, h, !ca.scale || !cb.scale);
     int site = cu->base.fp8_site;
-    const uint8_t *a = copy_a(cu, g, site, role_a, a8, ca, &h.amax[0], as_is(g->a));
+    const uint8_t *a = copy_a(cu, g, site, role_a, a8, &ca, &h.amax[0], as_is(g->a));
     const uint8_t *b = copy_b(cu, g, site, role_b, b8, cb, &h.amax[1], as_is(g->b));
     return fp8_run(cu, g, a, ca.inv, b, cb.inv, role_b == CUDA_FP8_GRAD);
 }
@@ -415,7 +424,7 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     fp8_head_clear(cu, h, !cd.scale || !cw.scale || !cx.scale);
     fp8_src d = gelu.dout_pre ? fp8_src{gi->b, FP8_DGELU, gelu.dout_pre} : as_is(gi->b);
     quantize(cu, rows, cols, cd, &h.amax[0], d, N, OC, true, colpart); // one amax, one read of dout
-    const uint8_t *wa = copy_a(cu, gi, cu->base.fp8_site, CUDA_FP8_WEIGHT, a8, cw, &h.amax[1], as_is(gi->a));
+    const uint8_t *wa = copy_a(cu, gi, cu->base.fp8_site, CUDA_FP8_WEIGHT, a8, &cw, &h.amax[1], as_is(gi->a));
     *si = fp8_run(cu, gi, wa, cw.inv, rows, cd.inv, true);
     // the input's transposed copy from the forward (fp8_kept.cu), else cast into a8 again (in
     // stream order after gi's product)
@@ -453,7 +462,7 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     }
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
-    const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, cfw, &h.amax[1], as_is(gf->a));
+    const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, &cfw, &h.amax[1], as_is(gf->a));
     const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, cin, &h.amax[2], as_is(gf->b));
     cuda_gemm f = *gf;
     f.d = act8, f.scale_d = cact.scale, f.amax_d = act_t ? (float *)&h.amax[3] : NULL;
@@ -465,6 +474,6 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     }
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     if (act_t) cuda_fp8_transpose(cu, act_t, act8, gf->n, gf->m, f.amax_d, cact.record);
-    const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, cpw, &h.amax[0], as_is(gp->a));
+    const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, &cpw, &h.amax[0], as_is(gp->a));
     return fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, false);
 }

@@ -10,6 +10,8 @@
 // - a step's weights (backend.h's fp8_weights): both copies of every weight in one launch after
 //   the step's fp8_begin, kept until its roll, so the forward's and the backward's casts of each
 //   weight (one each a micro-batch) become one read a step, and 8 small launches a layer none.
+//   By the current amax (the tensorwise recipe) too: a weight does not change within a step, so
+//   one grouped amax pass first gives every weight its scale, the one its casts would take.
 // - a linear layer's input transposed, (C,N), for its weight-gradient product in the backward, as
 //   Transformer Engine's Linear keeps its input's FP8 transpose from the forward: transposed from
 //   the LayerNorm's copy while that is in L2, or written by a forward product's own cast of its
@@ -162,7 +164,8 @@ const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x,
 
 extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const int *sites, int n) {
     loom_cuda *cu = cuda_of(be);
-    if (!be->fp8 || be->fp8_history <= 0 || n <= 0) return;
+    if (!be->fp8 || n <= 0) return;
+    bool delayed = be->fp8_history > 0; // else each weight scaled by its current amax
     cuda_fp8_kept *k = kept_of(cu);
     k->valid = false;
     int top = 0;
@@ -174,17 +177,24 @@ extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const i
         top = sites[i] > top ? sites[i] : top;
         bytes += 2 * cuda_align256((size_t)(R * K));
     }
-    cuda_fp8_slot_of(cu, top, CUDA_FP8_WEIGHT); // the slots' room first: the ones below do not move them
-    // sized at the first step (no history yet), so that a recording neither allocates nor uploads
-    if (!reserve(cu, (void **)&k->copies, &k->copies_bytes, bytes)) return;
+    if (delayed) cuda_fp8_slot_of(cu, top, CUDA_FP8_WEIGHT); // the slots' room first: those below move none
+    // sized at the first step (no history yet), so that a recording neither allocates nor uploads;
+    // by the current amax, the weights' amaxes after the copies, then each one's 1/s 16-byte
+    // aligned (cuBLASLt's FP8 products refuse other scales at run time)
+    size_t amax_bytes = cuda_align256(sizeof(unsigned) * (size_t)n);
+    size_t current = delayed ? 0 : amax_bytes + 16 * (size_t)n;
+    if (!reserve(cu, (void **)&k->copies, &k->copies_bytes, bytes + current)) return;
+    unsigned *amax = delayed ? NULL : (unsigned *)(k->copies + bytes);
+    float *inv = delayed ? NULL : (float *)(k->copies + bytes + amax_bytes);
     cuda_fp8_group *g = (cuda_fp8_group *)loom_xcalloc((size_t)n, sizeof *g);
     size_t at = 0;
     int blocks = 0;
     for (int i = 0; i < n; i++) {
         int R = (int)loom_rows(&w[i]), K = (int)loom_cols(&w[i]), tiles_k;
-        fp8_cast slot = cuda_fp8_slot_of(cu, sites[i], CUDA_FP8_WEIGHT);
+        fp8_cast slot = delayed ? cuda_fp8_slot_of(cu, sites[i], CUDA_FP8_WEIGHT) : fp8_cast{};
         size_t one = cuda_align256((size_t)R * K);
-        g[i] = cuda_fp8_group{w[i].data, k->copies + at, k->copies + at + one, R, K, slot.scale, slot.record, blocks, 0};
+        g[i] = cuda_fp8_group{w[i].data, k->copies + at, k->copies + at + one, R, K, slot.scale, slot.record,
+                              amax ? amax + i : NULL, inv ? inv + 4 * i : NULL, blocks, 0};
         blocks += cuda_fp8_group_tiles(R, K, &tiles_k);
         g[i].tiles_k = tiles_k;
         at += 2 * one;
@@ -203,18 +213,23 @@ extern "C" void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const i
         cu->scratch_moves++; // a recorded graph holds the old descriptors
     }
     free(g);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; delayed && i < n; i++)
         if (!cuda_fp8_ready(cu, sites[i], CUDA_FP8_WEIGHT)) return;
-    cuda_fp8_cast_group(cu, k->dev, n, k->blocks);
+    if (!delayed) CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof *amax * (size_t)n, cu->stream));
+    cuda_fp8_cast_group(cu, k->dev, n, k->blocks, !delayed);
     k->valid = true;
 }
 
-const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols) {
+const uint8_t *cuda_fp8_kept_weight(const loom_cuda *cu, int site, const void *w, int64_t numel, bool cols,
+                                    float **inv) {
     const cuda_fp8_kept *k = cu->fp8_kept;
     if (!k || !k->valid || !w) return NULL;
     for (int i = 0; i < k->n; i++) {
         const cuda_fp8_group *g = &k->groups[i];
-        if (k->sites[i] == site && g->src == w && (int64_t)g->R * g->K == numel) return cols ? g->cols : g->rows;
+        if (k->sites[i] == site && g->src == w && (int64_t)g->R * g->K == numel) {
+            *inv = g->inv;
+            return cols ? g->cols : g->rows;
+        }
     }
     return NULL;
 }
