@@ -16,7 +16,8 @@
 // amaxes exact. The FP8 copies made ahead of their products (fp8_kept.cu: a LayerNorm's of its
 // output, test_layernorm_kept; a step's of its weights, test_weights_kept, under either recipe)
 // must give products bit-identical to the casts' with the tensor they stand for overwritten by
-// NaN. Exit 77 (skipped) without a CUDA device.
+// NaN, as must a layer's input kept transposed for its backward under the tensorwise recipe
+// (test_inputs_kept_tensorwise). Exit 77 (skipped) without a CUDA device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2
@@ -590,6 +591,43 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
+#define TW_SITE 20 // a layer's site under the tensorwise recipe (no slots)
+
+// Under the tensorwise recipe (fp8_history 0) a forward product keeps its input's transposed copy,
+// scaled by the input's current amax as the backward's cast would be, for the layer's backward
+// (fp8_kept.cu). With the input overwritten by NaN behind the backend's back after the forward,
+// the layer's out, dinp and dw += must be bit-identical to the same products on a copy aside whose
+// backward takes a second copy (which has no transposed copy: it casts).
+static void test_inputs_kept_tensorwise(int N, int C, int OC) {
+    int history = gpu->fp8_history;
+    gpu->fp8_history = 0;
+    buf x = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)OC * C, 0.2f, dt), dout = b_randn((size_t)N * OC, 1, dt);
+    buf aside = b_from(x.h, x.n, dt), plain = b_from(x.h, x.n, dt);
+    buf got[3] = {b_nans((size_t)N * OC, dt), b_nans((size_t)N * C, dt), b_from(w.h, w.n, dt)};  // out, dinp, dw
+    buf want[3] = {b_nans((size_t)N * OC, dt), b_nans((size_t)N * C, dt), b_from(w.h, w.n, dt)};
+    float *nan_h = loom_xmalloc(x.n * 4);
+    for (size_t i = 0; i < x.n; i++) nan_h[i] = NAN;
+    loom_tensor none = {0};
+    static const char *const names[3] = {"out", "dinp", "dw"};
+    gpu->fp8_site = TW_SITE;
+    gpu->fp8_begin(gpu);
+    gpu->matmul_forward(gpu, DV(got[0], N, OC), DV(x, N, C), DV(w, OC, C), none);
+    b_upload(x, nan_h); // the kept copy, not the input, must feed dw
+    gpu->matmul_backward(gpu, DV(got[1], N, C), DV(got[2], OC, C), none, DV(dout, N, OC), DV(x, N, C), DV(w, OC, C));
+    gpu->matmul_forward(gpu, DV(want[0], N, OC), DV(aside, N, C), DV(w, OC, C), none);
+    gpu->matmul_backward(gpu, DV(want[1], N, C), DV(want[2], OC, C), none, DV(dout, N, OC), DV(plain, N, C),
+                         DV(w, OC, C));
+    gpu->fp8_roll(gpu);
+    gpu->fp8_site = -1;
+    gpu->fp8_history = history;
+    for (int j = 0; j < 3; j++)
+        T_ASSERT(same_bits(got[j], want[j]), "fp8 tensorwise input kept N=%d C=%d OC=%d: %s differs from the cast's",
+                 N, C, OC, names[j]);
+    free(nan_h);
+    buf *all[] = {&x, &w, &dout, &aside, &plain, &got[0], &got[1], &got[2], &want[0], &want[1], &want[2]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
 #define W_SITE 13 // the first weight's layer (slots 39-41); the others' 14, 15
 
 // A step's FP8 weights (backend.h's fp8_weights; fp8_kept.cu): three weights of three layers (a
@@ -693,6 +731,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     test_layernorm_kept(48, 72, 192, false);    // C not a multiple of 16: no copy, bf16 products
     test_weights_kept(256, 768, 3072, true);     // gpt2's fc and fcproj weights
     test_weights_kept(256, 768, 3072, false);    // the same by their current amaxes
+    test_inputs_kept_tensorwise(256, 768, 2304); // gpt2's qkv layer
     for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
         const int *d = ragged[i];
         test_forward(d[0], d[1], d[2], false);

@@ -80,6 +80,7 @@ typedef struct {
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
     struct cuda_fp8_slots *fp8; // FP8 delayed scaling's slots (fp8_scaling.cu; NULL before the first)
     struct cuda_fp8_kept *fp8_kept; // FP8 copies made ahead of their products (fp8_kept.cu; NULL before)
+    const void *fp8_unread;    // an input no backward reads (an MLP's GELU output not kept): no copy kept
     struct cuda_host_block *host_blocks; // live host_alloc allocations, for base.host_bytes_in_use
     cudaStream_t copy_stream;  // copy_async's side stream (created at its first use), and its
     cudaEvent_t ops_done;      // events: the ops issued before a copy, and each copy's completion
@@ -300,14 +301,17 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel);
 // Where the forward writes the transposed E4M3 copy (C,N) of site's input x (N,C) bf16 (of gelu(x)
 // with gelu), by the layer's input scale, for its backward's weight-gradient product: kept until
-// another copy of x is kept or a LayerNorm op writes x, in a buffer of x's address. NULL when
-// none is to be made: no delayed scaling, the slot without a history yet (the buffer is sized then
-// all the same, so that a recorded step does not allocate), N or C not a multiple of 16, or no
-// memory to spare.
-uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu);
-// The transposed copy of site's input x (numel elements; of gelu(x) with gelu) kept for it; NULL
-// when there is none.
-const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu);
+// another copy of x is kept or a LayerNorm op writes x, in a buffer of x's address; *inv (when not
+// NULL) where a cast by the current amax (the tensorwise recipe) writes the copy's 1/s. NULL when
+// none is to be made: x is fp8_unread, under delayed scaling the slot without a history yet (the
+// buffer is sized then all the same, so that a recorded step does not allocate), N or C not a
+// multiple of 16, or no memory to spare.
+uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv);
+// The transposed copy of site's input x (numel elements; of gelu(x) with gelu) kept for it, with
+// *inv its own 1/s by the current amax (NULL under delayed scaling: the slot's); NULL when there
+// is none.
+const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu,
+                                  float **inv);
 // Forgets the transposed copy of x (one that was to be made and was not).
 void cuda_fp8_forget_cols(loom_cuda *cu, const void *x);
 // Frees the transposed copies' buffers that no cuda_fp8_keep_cols asked for since the last call

@@ -348,16 +348,19 @@ static const uint8_t *copy_a(loom_cuda *cu, const cuda_gemm *g, int site, cuda_f
 
 // B (n,k) of g, operand `role` of layer `site`, as its FP8 copy: the one the layer's LayerNorm
 // made when B is the layer's input as that wrote it, rows as they are (fp8_kept.cu), else b8 cast
-// from src (quantize_b); a forward product's cast of its input writes the input's transposed
-// copy for the layer's backward as well, where one is kept (cuda_fp8_keep_cols)
+// from src (quantize_b) as c says; a forward product's cast of its input writes the input's
+// transposed copy for the layer's backward as well, where one is kept (cuda_fp8_keep_cols; by the
+// current amax c->inv is then the copy's own 1/s, which the backward takes with it)
 static const uint8_t *copy_b(loom_cuda *cu, const cuda_gemm *g, int site, cuda_fp8_role role, uint8_t *b8,
-                             fp8_cast c, unsigned *amax, fp8_src src) {
+                             fp8_cast *c, unsigned *amax, fp8_src src) {
     bool input = role == CUDA_FP8_INPUT && src.op == FP8_AS_IS && src.x == g->b && !g->transb;
     const uint8_t *kept = input ? cuda_fp8_kept_input(cu, site, g->b, g->n * g->k) : NULL;
     if (kept) return kept;
-    uint8_t *cols = input ? cuda_fp8_keep_cols(cu, site, g->b, g->n, g->k, false) : NULL;
-    if (cols) quantize(cu, b8, cols, c, amax, src, g->n, g->k, false);
-    else quantize_b(cu, g, b8, c, amax, src, role == CUDA_FP8_GRAD);
+    float *inv = NULL;
+    uint8_t *cols = input ? cuda_fp8_keep_cols(cu, site, g->b, g->n, g->k, false, &inv) : NULL;
+    if (cols && !c->scale) c->inv = inv;
+    if (cols) quantize(cu, b8, cols, *c, amax, src, g->n, g->k, false);
+    else quantize_b(cu, g, b8, *c, amax, src, role == CUDA_FP8_GRAD);
     return b8;
 }
 
@@ -401,7 +404,7 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     fp8_head_clear(cu, h, !ca.scale || !cb.scale);
     int site = cu->base.fp8_site;
     const uint8_t *a = copy_a(cu, g, site, role_a, a8, &ca, &h.amax[0], as_is(g->a));
-    const uint8_t *b = copy_b(cu, g, site, role_b, b8, cb, &h.amax[1], as_is(g->b));
+    const uint8_t *b = copy_b(cu, g, site, role_b, b8, &cb, &h.amax[1], as_is(g->b));
     return fp8_run(cu, g, a, ca.inv, b, cb.inv, role_b == CUDA_FP8_GRAD);
 }
 
@@ -429,8 +432,10 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     // the input's transposed copy from the forward (fp8_kept.cu), else cast into a8 again (in
     // stream order after gi's product)
     fp8_src x = gelu.inp_pre ? fp8_src{gelu.inp_pre, FP8_GELU, NULL} : as_is(gw->a);
+    float *xinv = NULL;
     const uint8_t *xt =
-        gw->transa ? NULL : cuda_fp8_kept_cols(cu, cu->base.fp8_site, x.x, gw->m * gw->k, x.op == FP8_GELU);
+        gw->transa ? NULL : cuda_fp8_kept_cols(cu, cu->base.fp8_site, x.x, gw->m * gw->k, x.op == FP8_GELU, &xinv);
+    if (xinv) cx.inv = xinv; // scaled by its current amax in the forward
     if (!xt) quantize_a(cu, gw, a8, cx, &h.amax[2], x);
     *sw = fp8_run(cu, gw, xt ? xt : a8, cx.inv, cols, cd.inv, true);
     if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
@@ -444,7 +449,8 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
     // the GELU output's transposed copy for the fcproj layer's backward (sized from the first
     // step on), with its amax from the product's (the backward's cast of gelu(pre) would record it)
-    uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->aux, gf->n, gf->m, true);
+    if (cu->base.fp8_history <= 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->aux, gf->n, gf->m, true, NULL);
     if (!cuda_fp8_ready(cu, site_proj, CUDA_FP8_INPUT)) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t act_bytes = cuda_align256((size_t)(gf->m * gf->n)), fw_bytes = cuda_align256((size_t)(gf->m * gf->k));
     size_t in_bytes = cuda_align256((size_t)(gf->n * gf->k)), pw_bytes = cuda_align256((size_t)(gp->m * gp->k));
@@ -463,7 +469,7 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
     const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, &cfw, &h.amax[1], as_is(gf->a));
-    const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, cin, &h.amax[2], as_is(gf->b));
+    const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, &cin, &h.amax[2], as_is(gf->b));
     cuda_gemm f = *gf;
     f.d = act8, f.scale_d = cact.scale, f.amax_d = act_t ? (float *)&h.amax[3] : NULL;
     cublasStatus_t st = fp8_run(cu, &f, fw, cfw.inv, in, cin.inv, false);

@@ -33,7 +33,7 @@
 // that tensors the blocks share (--recompute full's one slot) share their copies' buffer too
 struct kept_cols {
     const void *x; // the tensor
-    uint8_t *cols;
+    uint8_t *buf;  // 1/s by the current amax (fp32, CUDA_FP8_COLS_AT bytes kept for it), then the copy
     size_t bytes;
     int site;      // the layer the copy was made for (-1: none held)
     int64_t numel;
@@ -79,6 +79,14 @@ static bool reserve(loom_cuda *cu, void **p, size_t *have, size_t bytes) {
     return *p != NULL;
 }
 
+#define CUDA_FP8_COLS_AT 256 // the copy's offset in its buffer, after its 1/s (16-byte aligned for cuBLASLt)
+
+// Whether site's input casts scale by a known scale: delayed scaling's history, or the current
+// amax (tensorwise: a copy made in the forward has the scale the backward's cast would take)
+static bool scaled(const loom_cuda *cu, int site) {
+    return cu->base.fp8_history <= 0 || cuda_fp8_ready(cu, site, CUDA_FP8_INPUT);
+}
+
 // The entry of tensor x's transposed copies (NULL: none)
 static kept_cols *cols_of(const cuda_fp8_kept *k, const void *x) {
     for (int i = 0; k && i < k->ninputs; i++)
@@ -99,15 +107,15 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
     cuda_fp8_kept *k = kept_of(cu);
     // sized at the first step (no history yet), so that a recording does not allocate
     if (!reserve(cu, (void **)&k->rows, &k->rows_bytes, (size_t)(N * C))) return cuda_fp8_ln_out{};
-    uint8_t *cols = cuda_fp8_keep_cols(cu, site, out, N, C, false);
+    uint8_t *cols = cuda_fp8_keep_cols(cu, site, out, N, C, false, NULL);
     if (!cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return cuda_fp8_ln_out{};
     fp8_cast c = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, NULL);
     k->site = site, k->x = out, k->numel = N * C;
     return cuda_fp8_ln_out{k->rows, cols, c.scale, c.record};
 }
 
-uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu) {
-    if (site < 0 || !cu->base.fp8 || cu->base.fp8_history <= 0 || N % 16 || C % 16) return NULL;
+uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv) {
+    if (site < 0 || !cu->base.fp8 || x == cu->fp8_unread || N % 16 || C % 16) return NULL;
     cuda_fp8_kept *k = kept_of(cu);
     kept_cols *e = cols_of(k, x);
     if (!e) {
@@ -123,10 +131,11 @@ uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, i
     }
     e->site = -1, e->used = true; // the old copy goes (reserve may move the buffer)
     // sized at the first step (no history yet), so that a recording does not allocate
-    if (!reserve(cu, (void **)&e->cols, &e->bytes, (size_t)(N * C)) || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT))
+    if (!reserve(cu, (void **)&e->buf, &e->bytes, CUDA_FP8_COLS_AT + (size_t)(N * C)) || !scaled(cu, site))
         return NULL;
     e->site = site, e->numel = N * C, e->gelu = gelu;
-    return e->cols;
+    if (inv) *inv = (float *)e->buf;
+    return e->buf + CUDA_FP8_COLS_AT;
 }
 
 void cuda_fp8_kept_collect(loom_cuda *cu) {
@@ -140,7 +149,7 @@ void cuda_fp8_kept_collect(loom_cuda *cu) {
         if (e.used) {
             e.used = false, k->inputs[n++] = e;
         } else {
-            cu->base.free(&cu->base, e.cols);
+            cu->base.free(&cu->base, e.buf);
             cu->scratch_moves++; // a recorded graph that held it records again
         }
     }
@@ -151,10 +160,12 @@ void cuda_fp8_forget_cols(loom_cuda *cu, const void *x) {
     if (cu->fp8_kept) forget_cols(cu->fp8_kept, x);
 }
 
-const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu) {
+const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu,
+                                  float **inv) {
     const kept_cols *e = x ? cols_of(cu->fp8_kept, x) : NULL;
-    if (!e || site < 0 || !cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return NULL;
-    return e->site == site && e->numel == numel && e->gelu == gelu ? e->cols : NULL;
+    if (!e || site < 0 || !scaled(cu, site) || e->site != site || e->numel != numel || e->gelu != gelu) return NULL;
+    *inv = cu->base.fp8_history <= 0 ? (float *)e->buf : NULL;
+    return e->buf + CUDA_FP8_COLS_AT;
 }
 
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel) {
@@ -244,7 +255,7 @@ void cuda_fp8_kept_free(loom_cuda *cu) {
     cu->base.free(&cu->base, k->rows);
     cu->base.free(&cu->base, k->copies);
     cu->base.free(&cu->base, k->dev);
-    for (int i = 0; i < k->ninputs; i++) cu->base.free(&cu->base, k->inputs[i].cols);
+    for (int i = 0; i < k->ninputs; i++) cu->base.free(&cu->base, k->inputs[i].buf);
     free(k->inputs), free(k->groups), free(k->sites), free(k);
     cu->fp8_kept = NULL;
 }

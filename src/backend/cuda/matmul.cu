@@ -317,17 +317,21 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
 
 // Under precision fp8 with delayed scaling and act not kept (--recompute gelu: the backward
 // recomputes or skips it), the fc product hands the GELU's output to the fcproj product in FP8
-// (cuda_fp8_mlp_forward); otherwise, or where that declines, the two plain ops.
+// (cuda_fp8_mlp_forward); otherwise, or where that declines, the two plain ops, the fcproj
+// product keeping no transposed copy of an act not kept (fp8_unread: its backward casts gelu(pre)).
 extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
                                  loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw,
                                  loom_tensor projb, loom_tensor res) {
+    loom_cuda *cu = cuda_of(be);
     if (be->fp8 && !act_kept) { // (fp8: a bf16 backend)
         check_forward(be, pre, inp, fcw, fcb);
         check_residual(be, out, res, check_forward(be, out, act, projw, projb));
         cuda_gemm gf = gelu_gemm(act, pre, inp, fcw, fcb), gp = forward_gemm(out, act, projw, projb, res);
-        if (cuda_fp8_mlp_forward(cuda_of(be), &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
+        if (cuda_fp8_mlp_forward(cu, &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
     }
+    cu->fp8_unread = act_kept ? NULL : act.data; // act not kept: its backward casts gelu(pre)
     loom_mlp_forward_ops(be, out, pre, act, act_kept, inp, fcw, fcb, projw, projb, res);
+    cu->fp8_unread = NULL;
 }
 
 // The dinp product dinp (N,C) = dout (N,OC) @ w (OC,C) and the dw product dw (OC,C) += dout^T inp
@@ -427,7 +431,8 @@ extern "C" void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tenso
     cublasStatus_t si, sw;
     cuda_gemm gi = dinp_gemm(dfch, dout, projw), gw = dw_gemm(dprojw, dout, act);
     // act's transposed copy where the forward kept one (fp8_kept.cu), else a cast of gelu(pre)
-    bool act_t = act_kept && cuda_fp8_kept_cols(cu, be->fp8_site, act.data, loom_numel(&act), false);
+    float *inv;
+    bool act_t = act_kept && cuda_fp8_kept_cols(cu, be->fp8_site, act.data, loom_numel(&act), false, &inv);
     cuda_fp8_backward(cu, &gi, &gw, dprojb.data, cuda_fp8_gelu{NULL, act_t ? NULL : pre.data}, &si, &sw);
     if (si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dfch, dout, projw, none);
     if (sw != CUBLAS_STATUS_SUCCESS) {
