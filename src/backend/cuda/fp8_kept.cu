@@ -115,6 +115,7 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 }
 
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv) {
+    if (cu->fp8_kept) forget_cols(cu->fp8_kept, x); // x is written anew
     if (site < 0 || !cu->base.fp8 || x == cu->fp8_unread || N % 16 || C % 16) return NULL;
     cuda_fp8_kept *k = kept_of(cu);
     kept_cols *e = cols_of(k, x);
