@@ -24,10 +24,11 @@
 // delayed scaling the fc product's forward writes that output in FP8 itself (cuda_fp8_mlp_forward).
 // Under delayed scaling the forward product of a layer whose input is a LayerNorm's output takes
 // that input's copy from the LayerNorm, which writes it as it writes the output (fp8_kept.cu).
-// Under delayed scaling too, each layer's input copy for its dw product, (inp^T)8, is made in the
-// forward and kept to its backward (fp8_kept.cu): transposed from the LayerNorm's copy or the fc
-// product's FP8 GELU output (transpose_kernel), or written beside the rows copy by a forward
-// product's own cast of its input.
+// Each layer's input copy for its dw product, (inp^T)8, is made in the forward and kept to its
+// backward (fp8_kept.cu): written beside the rows copy by a forward product's own cast of its
+// input (either recipe: by the current amax the backward's cast would take the same scale), or
+// under delayed scaling transposed from the LayerNorm's copy or from the fc product's FP8 GELU
+// output (transpose_kernel).
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/gelu.cuh"
