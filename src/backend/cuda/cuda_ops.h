@@ -247,10 +247,11 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
 // written in bf16 nor cast. Its transpose is kept for the fcproj layer's backward
 // (cuda_fp8_keep_cols: its dw product takes it instead of casting gelu(pre)), and its amax,
 // cuBLASLt's of the product, raises the slot's; where no transpose is kept the backward's cast of
-// gelu(pre) into the same slot records it (cuda_fp8_backward's inp_pre). The fc layer's casts take the slots of site
-// site_fc, the fcproj layer's those of site_proj. NOT_SUPPORTED, running nothing, when the fcproj
-// layer's input slot has no history yet (or delayed scaling is off) or a product does not suit
-// FP8; another failure of cuBLASLt's is returned as it is (the caller runs the plain ops).
+// gelu(pre) into the same slot records it (cuda_fp8_backward's inp_pre). The fc layer's casts take
+// the slots of site site_fc, the fcproj layer's those of site_proj. NOT_SUPPORTED, running
+// nothing, when the fcproj layer's input slot has no history yet (or delayed scaling is off) or a
+// product does not suit FP8; another failure of cuBLASLt's is returned as it is (the caller runs
+// the plain ops).
 cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,
                                     int site_proj);
 
@@ -300,12 +301,12 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 // not what the last LayerNorm op wrote with a copy for that site.
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel);
 // Where the forward writes the transposed E4M3 copy (C,N) of site's input x (N,C) bf16 (of gelu(x)
-// with gelu), by the layer's input scale, for its backward's weight-gradient product: kept until
-// another copy of x is kept or a LayerNorm op writes x, in a buffer of x's address; *inv (when not
-// NULL) where a cast by the current amax (the tensorwise recipe) writes the copy's 1/s. NULL when
-// none is to be made: x is fp8_unread, under delayed scaling the slot without a history yet (the
-// buffer is sized then all the same, so that a recorded step does not allocate), N or C not a
-// multiple of 16, or no memory to spare.
+// with gelu), by the layer's input scale, for its backward's weight-gradient product: kept until x
+// is written anew (this called for x again, or a LayerNorm op), in a buffer of x's address; *inv
+// (when not NULL) where a cast by the current amax (the tensorwise recipe) writes the copy's 1/s.
+// NULL when none is to be made: x is fp8_unread, under delayed scaling the slot without a history
+// yet (the buffer is sized then all the same, so that a recorded step does not allocate), N or C
+// not a multiple of 16, or no memory to spare.
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv);
 // The transposed copy of site's input x (numel elements; of gelu(x) with gelu) kept for it, with
 // *inv its own 1/s by the current amax (NULL under delayed scaling: the slot's); NULL when there

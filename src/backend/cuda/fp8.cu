@@ -448,9 +448,9 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     LOOM_CHECK(gp->b == gf->d && gp->k == gf->m && gp->n == gf->n && gf->transa && !gf->transb && gp->transa &&
                !gp->transb); // gp's B (N,OC) is gf's D, both products in the forward's layout
     if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (cu->base.fp8_history <= 0) return CUBLAS_STATUS_NOT_SUPPORTED; // (before keep_cols: it keeps by either recipe)
     // the GELU output's transposed copy for the fcproj layer's backward (sized from the first
     // step on), with its amax from the product's (the backward's cast of gelu(pre) would record it)
-    if (cu->base.fp8_history <= 0) return CUBLAS_STATUS_NOT_SUPPORTED;
     uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->aux, gf->n, gf->m, true, NULL);
     if (!cuda_fp8_ready(cu, site_proj, CUDA_FP8_INPUT)) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t act_bytes = cuda_align256((size_t)(gf->m * gf->n)), fw_bytes = cuda_align256((size_t)(gf->m * gf->k));

@@ -115,10 +115,10 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 }
 
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv) {
-    if (cu->fp8_kept) forget_cols(cu->fp8_kept, x); // x is written anew
+    kept_cols *e = cols_of(cu->fp8_kept, x);
+    if (e) e->site = -1; // x is written anew: its old copy goes (and reserve may move the buffer)
     if (site < 0 || !cu->base.fp8 || x == cu->fp8_unread || N % 16 || C % 16) return NULL;
     cuda_fp8_kept *k = kept_of(cu);
-    kept_cols *e = cols_of(k, x);
     if (!e) {
         if (k->ninputs == k->cap) {
             k->cap = k->cap ? 2 * k->cap : 64;
@@ -130,7 +130,7 @@ uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, i
         e = &k->inputs[k->ninputs++];
         *e = kept_cols{x, NULL, 0, -1, 0, false, false};
     }
-    e->site = -1, e->used = true; // the old copy goes (reserve may move the buffer)
+    e->used = true;
     // sized at the first step (no history yet), so that a recording does not allocate
     if (!reserve(cu, (void **)&e->buf, &e->bytes, CUDA_FP8_COLS_AT + (size_t)(N * C)) || !scaled(cu, site))
         return NULL;
