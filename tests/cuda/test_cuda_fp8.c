@@ -4,8 +4,8 @@
 // products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the GELU
 // form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias += (dbias
 // from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp) and its
-// forward with the GELU's output in FP8 (test_mlp_forward), whose transpose the backward takes
-// (test_mlp_kept). A product must match the rounded
+// forward with the GELU's output cast from pre (test_mlp_forward), whose transpose the backward
+// takes (test_mlp_kept). A product must match the rounded
 // reference within 1e-2, norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice,
 // the GELU epilogues' own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it
 // than to the unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a
@@ -341,50 +341,57 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
 
 #define MLP_FWD_SITE 9 // the fc layer's site (slots 27-29), the fcproj layer's next (30-32)
 
-// mlp_forward with act not kept and the residual add (res + the MLP, res as the fcproj product's C)
-// under delayed scaling, two steps. The first runs the plain ops (the
-// fcproj layer's input slot has no history yet): act is written in bf16, act0, and its copy scaled by
-// its amax. The second, on inputs times 0.6, hands the GELU's output to the fcproj product in FP8:
-// act must stay unwritten (NaN), and out must match the fp32 ops on the operands rounded with the
-// first step's scales (inp and its slot: amax of the unscaled inp; fcw, projw their own) and
-// gelu(pre) rounded with FMAX / amax(act0), pre the rounded product in fp32; 3 times closer to it
-// than to the unrounded ops, and within 2e-2 (the GELU is cuBLASLt's epilogue's, of its fast
-// accumulation's fp32 sums, rounded straight to E4M3: 0.0096-0.0119 on an H200 against 0.0475
-// from the unrounded ops, where the products with bf16 outputs reach 0.004).
-static void test_mlp_forward(int N, int C, int OC) {
+// mlp_forward with act not kept and the residual add (res + the MLP, res as the fcproj product's C),
+// two steps, the second on inputs times 0.6, under delayed scaling (the first step scales by the
+// current amaxes, the second by the first's) or the tensorwise recipe (each by its own). The fc
+// product writes pre, and one cast of gelu(pre) gives the fcproj product its FP8 input: act must
+// stay unwritten (NaN) in both steps. In the second, pre must match the fp32 ops on the operands
+// rounded with their scales (inp: delayed, the first step's amax; fcw its own), and out the fp32
+// ops on gelu(pre) (of the device's bf16 pre) rounded with FMAX / amax(gelu) of the first step's
+// pre (delayed) or of its own, and projw rounded; each within 1e-2 and 4 times closer to its
+// reference than to the unrounded ops.
+static void test_mlp_forward(int N, int C, int OC, bool delayed) {
+    int history = gpu->fp8_history;
+    if (!delayed) gpu->fp8_history = 0;
     shape s = {N, 1, C, 1};
     buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt), fcb = b_randn((size_t)OC, 0.5f, dt);
     buf projw = b_randn((size_t)C * OC, 0.2f, dt), projb = b_randn((size_t)C, 0.5f, dt);
     buf out = b_nans((size_t)N * C, dt), pre = b_nans((size_t)N * OC, dt), act = b_nans((size_t)N * OC, dt);
     buf res = b_randn((size_t)N * C, 4, dt);
-    float *x1 = loom_xmalloc(inp.n * 4), *act0 = loom_xmalloc(act.n * 4);
+    float *x1 = loom_xmalloc(inp.n * 4), *g0 = loom_xmalloc(pre.n * 4), *g = loom_xmalloc(pre.n * 4);
     for (size_t i = 0; i < inp.n; i++) x1[i] = 0.6f * inp.h[i];
     buf inp1 = b_from(x1, inp.n, dt);
-    gpu->fp8_site_fc = MLP_FWD_SITE, gpu->fp8_site = MLP_FWD_SITE + 1;
+    size_t written = 0;
+    gpu->fp8_site_fc = MLP_FWD_SITE + (delayed ? 0 : 2), gpu->fp8_site = gpu->fp8_site_fc + 1;
     for (int step = 0; step < 2; step++) {
         gpu->fp8_begin(gpu);
         gpu->mlp_forward(gpu, DV(out, N, C), DV(pre, N, OC), DV(act, N, OC), false, DV(step ? inp1 : inp, N, C),
                          DV(fcw, OC, C), DV(fcb, OC), DV(projw, C, OC), DV(projb, C), DV(res, N, C));
-        if (step == 0) download_as(act0, act.d, act.n, dt), upload_as(act.d, act.h, act.n, dt); // NaN again
+        written += act.n - nan_count(act);
+        download_as(g, pre.d, pre.n, dt); // the device's pre, then its GELU on the host
+        cpu->gelu_forward(cpu, LOOM_VIEW(step ? g : g0, F32, N, OC), LOOM_VIEW(g, F32, N, OC));
         gpu->fp8_roll(gpu);
     }
     gpu->fp8_site = gpu->fp8_site_fc = -1;
-    size_t written = act.n - nan_count(act);
-    T_ASSERT(written == 0, "fp8 mlp forward: %zu of act's %zu values written in bf16", written, act.n);
-    float *iq = fp8_view_scaled(inp1.h, inp.n, E4M3, E4M3.fmax / amax_of(inp.h, inp.n));
+    gpu->fp8_history = history;
+    T_ASSERT(written == 0, "fp8 mlp forward: %zu of act's values written in bf16 in two steps", written);
+    float *iq = delayed ? fp8_view_scaled(inp1.h, inp.n, E4M3, E4M3.fmax / amax_of(inp.h, inp.n))
+                        : fp8_view(inp1.h, inp.n, E4M3);
     float *fq = fp8_view(fcw.h, fcw.n, E4M3), *pq = fp8_view(projw.h, projw.n, E4M3);
-    float *want_pre = loom_xmalloc(pre.n * 4), *g = loom_xmalloc(pre.n * 4), *want = loom_xmalloc(out.n * 4);
+    float *want_pre = loom_xmalloc(pre.n * 4), *want = loom_xmalloc(out.n * 4);
     cpu->matmul_forward(cpu, LOOM_VIEW(want_pre, F32, N, OC), LOOM_VIEW(iq, F32, N, C), LOOM_VIEW(fq, F32, OC, C),
                         HV(fcb, OC));
-    cpu->gelu_forward(cpu, LOOM_VIEW(g, F32, N, OC), LOOM_VIEW(want_pre, F32, N, OC));
-    float *aq = fp8_view_scaled(g, pre.n, E4M3, E4M3.fmax / amax_of(act0, act.n));
+    float *aq = fp8_view_scaled(g, pre.n, E4M3, E4M3.fmax / amax_of(delayed ? g0 : g, pre.n));
     cpu->matmul_residual_forward(cpu, LOOM_VIEW(want, F32, N, C), LOOM_VIEW(aq, F32, N, OC), LOOM_VIEW(pq, F32, C, OC),
                                  HV(projb, C), HV(res, N, C));
     cpu->mlp_forward(cpu, HV(out, N, C), HV(pre, N, OC), HV(act, N, OC), true, HV(inp1, N, C), HV(fcw, OC, C),
                      HV(fcb, OC), HV(projw, C, OC), HV(projb, C), HV(res, N, C)); // the plain reference, into the host buffers
-    check_fp8("fp8 mlp forward pre", pre, want_pre, pre.h, true, s);
-    check_fp8_tol("fp8 mlp forward out (GELU output in FP8)", out, want, out.h, true, s, 2e-2, 3);
-    float *frees[] = {x1, act0, iq, fq, pq, want_pre, g, want, aq};
+    check_fp8(delayed ? "fp8 mlp forward pre (delayed)" : "fp8 mlp forward pre (tensorwise)", pre, want_pre, pre.h,
+              true, s);
+    check_fp8(delayed ? "fp8 mlp forward out, GELU output cast from pre (delayed)"
+                      : "fp8 mlp forward out, GELU output cast from pre (tensorwise)",
+              out, want, out.h, true, s);
+    float *frees[] = {x1, g0, g, iq, fq, pq, want_pre, want, aq};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++) free(frees[i]);
     buf *all[] = {&inp, &fcw, &fcb, &projw, &projb, &out, &pre, &act, &inp1, &res};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
@@ -395,21 +402,20 @@ static void b_upload(buf b, const float *x) { upload_as(b.d, x, b.n, b.dt); }
 
 #define MLP_KEPT_SITE 16 // the fc layer's site (slots 48-50), the fcproj layer's next (51-53); with act kept 18, 19
 
-// The MLP's forward and backward under delayed scaling, two steps on the same inputs; from the
-// second on, the fcproj layer's dw takes its input's transposed copy that the forward kept
-// (fp8_kept.cu). With act_kept, that copy is the fcproj product's cast of act (bf16); without (the
-// --recompute gelu form), the fc product writes the GELU's output in FP8 (test_mlp_forward) and
-// its transpose is kept, with its amax from the product's (cuBLASLt's amax_d). In that step act
-// and pre are overwritten with NaN behind the backend's back before the backward: dprojw += (a cast
-// of gelu(pre) would give NaN) must match the fp32 ops on dout rounded in E5M2 and the GELU output
-// rounded in E4M3 by the scale of the first step's recorded amax: act as the device wrote it
-// (exact operands: within 1e-2 and 4 times closer than to the unrounded ops), or gelu(pre), pre
-// the fc product on rounded operands in fp32 (within 3e-2 and 2 times closer: 0.0219-0.0236 against
-// 0.0696 on an H200; where cuBLASLt's sums, of its fast accumulation, differ from the host's, the
-// GELU output rounds to an E4M3 neighbour, and dw sums only N of them). The fcproj input slot's
-// amax must be act's (exact), or gelu(pre)'s within 1e-2 (cuBLASLt's, before the scale: after it,
-// it would be near 448).
-static void test_mlp_kept(int N, int C, int OC, bool act_kept) {
+// The MLP's forward and backward, two steps on the same inputs, under delayed scaling (the first
+// step scales by the current amaxes) or the tensorwise recipe; the fcproj layer's dw takes its
+// input's transposed copy that the forward kept (fp8_kept.cu). With act_kept (delayed only), that
+// copy is the fcproj product's cast of act (bf16); without (the --recompute gelu form), the
+// forward's one cast of gelu(pre) writes it (test_mlp_forward). In the second step pre and act
+// are overwritten with NaN behind the backend's back before the backward: dprojw += (a cast of
+// gelu(pre) would give NaN) must match the fp32 ops on dout rounded in E5M2 and the GELU output
+// rounded in E4M3, act as the device wrote it or gelu of the device's pre (within 1e-2 and 4
+// times closer than to the unrounded ops), by the scale of the first step's recorded amax
+// (delayed) or of its own. Under delayed scaling the fcproj input slot's amax must be act's
+// (exact) or gelu(pre)'s (within 1e-5: the device's GELU against the host's).
+static void test_mlp_kept(int N, int C, int OC, bool act_kept, bool delayed) {
+    int history = gpu->fp8_history;
+    if (!delayed) gpu->fp8_history = 0;
     shape s = {N, 1, C, 1};
     buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt);
     buf fcb = b_randn((size_t)OC, 0.5f, dt), projw = b_randn((size_t)C * OC, 0.2f, dt);
@@ -418,8 +424,9 @@ static void test_mlp_kept(int N, int C, int OC, bool act_kept) {
     buf dinp = b_nans((size_t)N * C, dt), dfch = b_nans((size_t)N * OC, dt), dfcw = b_randn((size_t)OC * C, 0.1f, dt);
     buf dfcb = b_randn((size_t)OC, 1, dt), dprojw = b_randn((size_t)C * OC, 0.1f, dt);
     buf dprojb = b_randn((size_t)C, 1, dt);
-    float *act1 = loom_xmalloc(act.n * 4), *nan_h = loom_xmalloc(pre.n * 4), dev[2] = {0};
-    int site = MLP_KEPT_SITE + (act_kept ? 2 : 0); // slots with no history yet: step 0 scales by the current amaxes
+    float *a = loom_xmalloc(act.n * 4), *nan_h = loom_xmalloc(pre.n * 4), dev[2] = {0};
+    // slots with no history yet: step 0 scales by the current amaxes
+    int site = MLP_KEPT_SITE + (act_kept ? 2 : 0) + (delayed ? 0 : 4);
     for (size_t i = 0; i < pre.n; i++) nan_h[i] = NAN;
     loom_tensor none = {0};
     for (int step = 0; step < 2; step++) {
@@ -427,42 +434,42 @@ static void test_mlp_kept(int N, int C, int OC, bool act_kept) {
         gpu->fp8_site_fc = site, gpu->fp8_site = site + 1;
         gpu->mlp_forward(gpu, DV(out, N, C), DV(pre, N, OC), DV(act, N, OC), act_kept, DV(inp, N, C), DV(fcw, OC, C),
                          DV(fcb, OC), DV(projw, C, OC), DV(projb, C), none);
-        if (step == 1) {
-            download_as(act1, act.d, act.n, dt);
+        if (step == 1) { // the GELU output the copy holds: act as written, or gelu of the device's pre
+            download_as(a, (act_kept ? act : pre).d, act.n, dt);
+            if (!act_kept) cpu->gelu_forward(cpu, LOOM_VIEW(a, F32, N, OC), LOOM_VIEW(a, F32, N, OC));
             b_upload(pre, nan_h), b_upload(act, nan_h), b_upload(dprojw, dprojw.h);
         }
         gpu->mlp_backward(gpu, DV(dinp, N, C), DV(dfch, N, OC), DV(dfcw, OC, C), DV(dfcb, OC), DV(dprojw, C, OC),
                           DV(dprojb, C), DV(dout, N, C), DV(inp, N, C), DV(fcw, OC, C), DV(pre, N, OC), DV(act, N, OC),
                           act_kept, DV(projw, C, OC));
         size_t n;
-        float *amax = gpu->fp8_amax(gpu, &n);
-        T_ASSERT(amax && n >= 3 * ((size_t)site + 2), "fp8_amax: %zu slots", n);
-        gpu->download(gpu, &dev[step], amax + 3 * (site + 1), sizeof(float));
+        float *amax = delayed ? gpu->fp8_amax(gpu, &n) : NULL;
+        if (delayed) {
+            T_ASSERT(amax && n >= 3 * ((size_t)site + 2), "fp8_amax: %zu slots", n);
+            gpu->download(gpu, &dev[step], amax + 3 * (site + 1), sizeof(float));
+        }
         gpu->fp8_roll(gpu);
     }
     gpu->fp8_site = gpu->fp8_site_fc = -1;
-    float *iq = fp8_view(inp.h, inp.n, E4M3), *fq = fp8_view(fcw.h, fcw.n, E4M3), *dq = fp8_view(dout.h, dout.n, E5M2);
-    float *want_pre = loom_xmalloc(pre.n * 4), *g = loom_xmalloc(pre.n * 4), *raw_pre = loom_xmalloc(pre.n * 4);
-    float *raw_g = loom_xmalloc(pre.n * 4), *want = copy_of(dprojw.h, dprojw.n), *plain = copy_of(dprojw.h, dprojw.n);
-    cpu->matmul_forward(cpu, LOOM_VIEW(want_pre, F32, N, OC), LOOM_VIEW(iq, F32, N, C), LOOM_VIEW(fq, F32, OC, C),
-                        HV(fcb, OC));
-    cpu->gelu_forward(cpu, LOOM_VIEW(g, F32, N, OC), LOOM_VIEW(want_pre, F32, N, OC));
-    const float *a = act_kept ? act1 : g; // the GELU output the product rounds
-    float *aq = fp8_view_scaled(a, pre.n, E4M3, E4M3.fmax / dev[0]);
+    gpu->fp8_history = history;
+    float *dq = fp8_view(dout.h, dout.n, E5M2), *raw_pre = loom_xmalloc(pre.n * 4), *raw_g = loom_xmalloc(pre.n * 4);
+    float *want = copy_of(dprojw.h, dprojw.n), *plain = copy_of(dprojw.h, dprojw.n), ga = amax_of(a, pre.n);
+    float *aq = fp8_view_scaled(a, pre.n, E4M3, E4M3.fmax / (delayed ? dev[0] : ga));
     cpu->matmul_backward(cpu, none, LOOM_VIEW(want, F32, C, OC), none, LOOM_VIEW(dq, F32, N, C),
                          LOOM_VIEW(aq, F32, N, OC), HV(projw, C, OC));
     cpu->matmul_forward(cpu, LOOM_VIEW(raw_pre, F32, N, OC), HV(inp, N, C), HV(fcw, OC, C), HV(fcb, OC));
     cpu->gelu_forward(cpu, LOOM_VIEW(raw_g, F32, N, OC), LOOM_VIEW(raw_pre, F32, N, OC));
     cpu->matmul_backward(cpu, none, LOOM_VIEW(plain, F32, C, OC), none, HV(dout, N, C), LOOM_VIEW(raw_g, F32, N, OC),
                          HV(projw, C, OC));
-    const char *what = act_kept ? "fp8 mlp dprojw += from act's kept transpose"
-                                : "fp8 mlp dprojw += from the GELU output's kept transpose";
-    check_fp8_tol(what, dprojw, want, plain, true, s, act_kept ? FP8_TOL : 3e-2, act_kept ? 4 : 2);
-    float ga = amax_of(a, pre.n);
-    T_ASSERT(act_kept ? dev[1] == ga : fabsf(dev[1] - ga) <= 1e-2f * ga,
-             "fp8 mlp kept (act kept: %d): the fcproj input slot's amax %g, the GELU output's %g", act_kept,
-             (double)dev[1], (double)ga);
-    float *frees[] = {act1, nan_h, iq, fq, dq, want_pre, g, raw_pre, raw_g, want, plain, aq};
+    char what[96];
+    snprintf(what, sizeof what, "fp8 mlp dprojw += from %s kept transpose (%s)", act_kept ? "act's" : "gelu(pre)'s",
+             delayed ? "delayed" : "tensorwise");
+    check_fp8(what, dprojw, want, plain, true, s);
+    if (delayed)
+        T_ASSERT(act_kept ? dev[1] == ga : fabsf(dev[1] - ga) <= 1e-5f * ga,
+                 "fp8 mlp kept (act kept: %d): the fcproj input slot's amax %g, the GELU output's %g", act_kept,
+                 (double)dev[1], (double)ga);
+    float *frees[] = {a, nan_h, dq, raw_pre, raw_g, want, plain, aq};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++) free(frees[i]);
     buf *all[] = {&inp, &fcw, &fcb, &projw, &projb, &dout, &out, &pre,
                   &act, &dinp, &dfch, &dfcw, &dfcb, &dprojw, &dprojb};
@@ -721,9 +728,11 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_mlp(d[0], d[1], d[2], true, i % 2 == 0, false);
     }
     test_mlp(256, 768, 3072, true, false, true);
-    test_mlp_forward(256, 768, 3072);
-    test_mlp_kept(256, 768, 3072, false);
-    test_mlp_kept(256, 768, 3072, true);
+    test_mlp_forward(256, 768, 3072, true);
+    test_mlp_forward(256, 768, 3072, false);
+    test_mlp_kept(256, 768, 3072, false, true);
+    test_mlp_kept(256, 768, 3072, true, true);
+    test_mlp_kept(256, 768, 3072, false, false);
     test_delayed(256, 768, 2304);
     test_layernorm_kept(256, 768, 2304, false); // gpt2's qkv layer after ln1
     test_layernorm_kept(48, 1600, 6400, true);  // gpt2-xl's fc after ln2

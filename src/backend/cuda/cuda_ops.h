@@ -203,12 +203,6 @@ typedef struct {
     const float *scale_a, *scale_b;
     cudaDataType_t type_a, type_b;
     bool fast_accum;
-    // With FP8 operands, D in E4M3 when set: D = fp8(*scale_d (the product + epilogue)), saturated;
-    // the epilogue's bias and aux stay in bf16 (an FP8 output GEMM, as Transformer Engine's).
-    // Needs an aux, beta 0 and no c (cuda_gemm_run hands cuBLASLt the aux as C, unread). With
-    // amax_d as well, cuBLASLt sets *amax_d to the largest |value| of D before the scale (fp32).
-    const float *scale_d;
-    float *amax_d;
 } cuda_gemm;
 // Runs g and returns CUBLAS_STATUS_SUCCESS, or returns why cuBLASLt has no algorithm for it
 // (nothing run). The heuristic's answer per shape, types and alignments is cached.
@@ -241,17 +235,17 @@ typedef struct {
 void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
                        cublasStatus_t *si, cublasStatus_t *sw);
 // The MLP's two forward products from FP8 copies with the GELU's output handed over in FP8
-// (delayed scaling): gf the fc product (GELU_AUX epilogue: aux pre, D the GELU's output), gp the
-// fcproj product, whose B is gf's D. gf writes that D as E4M3 by the fcproj layer's input scale,
-// which delayed scaling knows before the product, and gp reads it so: the GELU's output is never
-// written in bf16 nor cast. Its transpose is kept for the fcproj layer's backward
-// (cuda_fp8_keep_cols: its dw product takes it instead of casting gelu(pre)), and its amax,
-// cuBLASLt's of the product, raises the slot's; where no transpose is kept the backward's cast of
-// gelu(pre) into the same slot records it (cuda_fp8_backward's inp_pre). The fc layer's casts take
-// the slots of site site_fc, the fcproj layer's those of site_proj. NOT_SUPPORTED, running
-// nothing, when the fcproj layer's input slot has no history yet (or delayed scaling is off) or a
-// product does not suit FP8; another failure of cuBLASLt's is returned as it is (the caller runs
-// the plain ops).
+// (either recipe): gf the fc product (no GELU epilogue: D (N,OC) is pre, bf16), gp the fcproj
+// product, whose B (the GELU's output, bf16) is neither written nor read. After gf, one cast reads
+// pre and writes gelu(pre) as E4M3 by the fcproj layer's input scale, rows for gp and the
+// transpose kept for the fcproj layer's backward (cuda_fp8_keep_cols, by pre: its dw product
+// takes it instead of casting gelu(pre) again), raising that input slot's amax. cuBLASLt's GELU
+// epilogue with an FP8 D took 114 us for gpt2's fc product at B=16 on an H200, the product with
+// the bias alone 71 (the cast then ~57, where the epilogue's output needed a transpose, 29). The
+// fc layer's casts take the slots of site site_fc, the fcproj layer's those of site_proj.
+// NOT_SUPPORTED, running nothing, when a product does not suit FP8 or pre is not dense and 16-byte
+// aligned; another failure of cuBLASLt's is returned as it is, pre then maybe written and the
+// copy forgotten (the caller runs the plain ops).
 cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,
                                     int site_proj);
 
@@ -345,10 +339,8 @@ typedef struct {
 // The tiles a weight (R,K) takes in the grouped cast, and how many of them lie along K.
 int cuda_fp8_group_tiles(int R, int K, int *tiles_k);
 // cols (K,R) = rows (R,K) transposed, FP8 bytes (R and K multiples of 16, 16-byte aligned): one
-// read and one write of R K bytes; with record, *record raised to *amax (fp32: the amax of what
-// rows holds, as a product's amax_d writes it).
-void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K,
-                        const float *amax, unsigned *record);
+// read and one write of R K bytes.
+void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K);
 // One launch of `blocks` blocks converting the n weights of g (device memory, each weight's first
 // tile following the last one's, R and K multiples of 16, 16-byte aligned) as quantize_kernel does
 // (fp8.cu): the same bytes and amax as their casts one at a time. With current (their scales from

@@ -20,15 +20,15 @@
 // backward take the forward's slots: the same tensors, so the same scales.
 // An MLP's GELU folds into the casts of its two layers' backward (cuda_fp8_backward's gelu): the
 // fcproj layer's input copy is cast from gelu(pre), and the fc layer's output gradient from
-// dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16; under
-// delayed scaling the fc product's forward writes that output in FP8 itself (cuda_fp8_mlp_forward).
+// dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16; in the
+// forward the fcproj product's input is cast from gelu(pre) too (cuda_fp8_mlp_forward).
 // Under delayed scaling the forward product of a layer whose input is a LayerNorm's output takes
 // that input's copy from the LayerNorm, which writes it as it writes the output (fp8_kept.cu).
 // Each layer's input copy for its dw product, (inp^T)8, is made in the forward and kept to its
 // backward (fp8_kept.cu): written beside the rows copy by a forward product's own cast of its
-// input (either recipe: by the current amax the backward's cast would take the same scale), or
-// under delayed scaling transposed from the LayerNorm's copy or from the fc product's FP8 GELU
-// output (transpose_kernel).
+// input (either recipe: by the current amax the backward's cast would take the same scale; the
+// fcproj layer's by the cast of gelu(pre)), or under delayed scaling transposed from the
+// LayerNorm's copy (transpose_kernel) where the LayerNorm does not write it itself.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/gelu.cuh"
@@ -195,12 +195,9 @@ __global__ void quantize_rows_kernel(uint8_t *rows, float *inv, const __nv_bfloa
     if (record) record_max<FP8_THREADS>(m, record);
 }
 
-// cols (K,R) = rows (R,K) transposed (FP8 bytes), in quantize_kernel's tiles and 8x8 blocks; with
-// record, *record raised to *amax (fp32) by the grid's first thread
-__global__ void transpose_kernel(uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K, const float *amax,
-                                 unsigned *record) {
+// cols (K,R) = rows (R,K) transposed (FP8 bytes), in quantize_kernel's tiles and 8x8 blocks
+__global__ void transpose_kernel(uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K) {
     cuda_pdl_begin();
-    if (record && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicMax(record, __float_as_uint(*amax));
     int64_t r, c;
     tile_block(blockIdx.x, blockIdx.y, r, c);
     if (r >= R || c >= K) return;
@@ -213,11 +210,10 @@ __global__ void transpose_kernel(uint8_t *cols, const uint8_t *rows, int64_t R, 
     store_cols(cols, lo, hi, r, c, R);
 }
 
-void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K, const float *amax,
-                        unsigned *record) {
+void cuda_fp8_transpose(loom_cuda *cu, uint8_t *cols, const uint8_t *rows, int64_t R, int64_t K) {
     LOOM_CHECK(R % 16 == 0 && K % 16 == 0 && (uintptr_t)rows % 16 == 0 && (uintptr_t)cols % 16 == 0);
     dim3 grid((unsigned)((R + FP8_TILE_R - 1) / FP8_TILE_R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
-    cuda_launch(cu->stream, transpose_kernel, grid, FP8_THREADS, 0, cols, rows, R, K, amax, record);
+    cuda_launch(cu->stream, transpose_kernel, grid, FP8_THREADS, 0, cols, rows, R, K);
 }
 
 // The weights of g (n) each as quantize_kernel<FP8_AS_IS> casts it with both copies: block b
@@ -376,23 +372,22 @@ static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *
     return cuda_gemm_run(cu, &f);
 }
 
-// The scratch's head: four amax slots (the casts' three and a product's amax_d), then three scales
-// 16-byte aligned (cuBLASLt's FP8 kernels refuse others at run time: NOT_SUPPORTED); the copies
-// follow at FP8_HEAD
+// The scratch's head: the casts' four amax slots, then their four scales 16-byte aligned
+// (cuBLASLt's FP8 kernels refuse others at run time: NOT_SUPPORTED); the copies follow at FP8_HEAD
 #define FP8_HEAD 256
 struct fp8_head {
     unsigned *amax;
-    float *inv[3];
+    float *inv[4];
 };
 static fp8_head fp8_head_of(char *base) {
-    return fp8_head{(unsigned *)base, {(float *)(base + 64), (float *)(base + 128), (float *)(base + 192)}};
+    float *inv = (float *)(base + 64);
+    return fp8_head{(unsigned *)base, {inv, inv + 8, inv + 16, inv + 24}};
 }
 
-// The casts' three amax slots zeroed when a cast scales by its current amax (`needed`: delayed
-// scaling's casts with a history read none). The fourth, a product's amax_d, needs none: cuBLASLt
-// sets it (a probe with 0x7f bytes there before the product gave the tensor's amax).
+// The amax slots zeroed when a cast scales by its current amax (`needed`: delayed scaling's casts
+// with a history read none)
 static void fp8_head_clear(loom_cuda *cu, fp8_head h, bool needed) {
-    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 3 * sizeof(unsigned), cu->stream));
+    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 4 * sizeof(unsigned), cu->stream));
 }
 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
@@ -445,14 +440,10 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
 
 cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,
                                     int site_proj) {
-    LOOM_CHECK(gp->b == gf->d && gp->k == gf->m && gp->n == gf->n && gf->transa && !gf->transb && gp->transa &&
-               !gp->transb); // gp's B (N,OC) is gf's D, both products in the forward's layout
-    if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (cu->base.fp8_history <= 0) return CUBLAS_STATUS_NOT_SUPPORTED; // (before keep_cols: it keeps by either recipe)
-    // the GELU output's transposed copy for the fcproj layer's backward (sized from the first
-    // step on), with its amax from the product's (the backward's cast of gelu(pre) would record it)
-    uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->aux, gf->n, gf->m, true, NULL);
-    if (!cuda_fp8_ready(cu, site_proj, CUDA_FP8_INPUT)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    LOOM_CHECK(gp->k == gf->m && gp->n == gf->n && gf->transa && !gf->transb && gp->transa && !gp->transb &&
+               !gf->aux); // gp's B (N,OC) is gelu(gf's D), both products in the forward's layout
+    bool aligned = (uintptr_t)gf->d % 16 == 0 && gf->ldd == gf->m; // D (N,OC) dense: the cast reads it
+    if (!fp8_fits(cu, gf) || !fp8_fits(cu, gp) || !aligned) return CUBLAS_STATUS_NOT_SUPPORTED;
     size_t act_bytes = cuda_align256((size_t)(gf->m * gf->n)), fw_bytes = cuda_align256((size_t)(gf->m * gf->k));
     size_t in_bytes = cuda_align256((size_t)(gf->n * gf->k)), pw_bytes = cuda_align256((size_t)(gp->m * gp->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + act_bytes + fw_bytes + in_bytes + pw_bytes);
@@ -464,23 +455,24 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     int high = site_proj > site_fc;
     for (int j = 0; j < 2; j++) {
         int layer = j == 0 ? high : !high, site = layer ? site_proj : site_fc;
-        c[layer][0] = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, layer ? NULL : h.inv[2]); // the fcproj one: ready
-        c[layer][1] = cuda_fp8_cast_at(cu, site, CUDA_FP8_WEIGHT, h.inv[layer]);
+        c[layer][0] = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, h.inv[2 * layer]);
+        c[layer][1] = cuda_fp8_cast_at(cu, site, CUDA_FP8_WEIGHT, h.inv[2 * layer + 1]);
     }
     fp8_cast cact = c[1][0], cpw = c[1][1], cin = c[0][0], cfw = c[0][1];
-    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale);
+    fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale || !cact.scale);
     const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, &cfw, &h.amax[1], as_is(gf->a));
     const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, &cin, &h.amax[2], as_is(gf->b));
-    cuda_gemm f = *gf;
-    f.d = act8, f.scale_d = cact.scale, f.amax_d = act_t ? (float *)&h.amax[3] : NULL;
-    cublasStatus_t st = fp8_run(cu, &f, fw, cfw.inv, in, cin.inv, false);
-    if (st != CUBLAS_STATUS_SUCCESS && act_t) { // without the amax, and no copy kept
-        cuda_fp8_forget_cols(cu, gf->aux);
-        act_t = NULL, f.amax_d = NULL;
-        st = fp8_run(cu, &f, fw, cfw.inv, in, cin.inv, false);
-    }
+    cublasStatus_t st = fp8_run(cu, gf, fw, cfw.inv, in, cin.inv, false);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
-    if (act_t) cuda_fp8_transpose(cu, act_t, act8, gf->n, gf->m, f.amax_d, cact.record);
+    // gelu(pre) in FP8 for the fcproj product, and transposed for its backward (kept by pre, whose
+    // GELU it is; sized from the first step on): one read of pre
+    int64_t N = gf->n, OC = gf->m;
+    float *inv = NULL;
+    uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->d, N, OC, true, &inv);
+    if (act_t && !cact.scale) cact.inv = inv; // the copy's own 1/s, which the backward takes with it
+    quantize(cu, act8, act_t, cact, &h.amax[3], fp8_src{gf->d, FP8_GELU, NULL}, N, OC, false);
     const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, &cpw, &h.amax[0], as_is(gp->a));
-    return fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, false);
+    st = fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, false);
+    if (st != CUBLAS_STATUS_SUCCESS) cuda_fp8_forget_cols(cu, gf->d); // the plain ops write pre again
+    return st;
 }

@@ -16,12 +16,11 @@
 //   Transformer Engine's Linear keeps its input's FP8 transpose from the forward: transposed from
 //   the LayerNorm's copy while that is in L2, or written by a forward product's own cast of its
 //   input in the same read, so the backward's cast of the input (2 bytes an element read, a launch
-//   a layer) goes. The fcproj layer's input under --recompute gelu, the GELU output that the fc
-//   product writes in FP8 (fp8.cu's cuda_fp8_mlp_forward), is transposed from that: the bytes
-//   the forward product took, where the backward's cast of gelu(pre) rounded its own GELU of the
-//   bf16 pre. A copy answers for a tensor while that holds what the copy was made from, told by
-//   its address, size and layer; a new copy of the same tensor, or a LayerNorm op writing it,
-//   forgets the old one. Its buffer belongs to the tensor's address, so the copies take what the
+//   a layer) goes. The fcproj layer's input under --recompute gelu is kept by pre: the forward's
+//   one cast of gelu(pre) writes it beside the fcproj product's rows (fp8.cu's
+//   cuda_fp8_mlp_forward). A copy answers for a tensor while that holds what the copy was made
+//   from, told by its address, size and layer; a new copy of the same tensor, or a LayerNorm op
+//   writing it, forgets the old one. Its buffer belongs to the tensor's address, so the copies take what the
 //   tensors they stand for take at 1 byte an element (gpt2 at B=16: 0.98 GiB; under --recompute
 //   full, whose blocks share one slot for each activation, one block's); a buffer no forward asked
 //   for during a step is freed at the next step's fp8_begin.

@@ -320,7 +320,7 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
                         (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows,
                         in_kernel ? f.cols : NULL, f.scale, f.record);
         });
-        if (f.cols && !in_kernel) cuda_fp8_transpose(cu, f.cols, f.rows, N, C, NULL, NULL);
+        if (f.cols && !in_kernel) cuda_fp8_transpose(cu, f.cols, f.rows, N, C);
         return;
     }
     CUDA_DISPATCH(bf, vec, LN_HELD_DISPATCH(W, C, {

@@ -26,10 +26,10 @@
 
 typedef struct { // what the heuristic's answer depends on (no padding: hashed as bytes)
     int64_t m, n, k, lda, ldb, ldd;
-    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum, type_d, amax_d;
+    int32_t transa, transb, epilogue, dtype, type_a, type_b, fast_accum;
     uint32_t align_a, align_b, align_d, align_aux, align_c;
 } lt_key;
-static_assert(sizeof(lt_key) == 6 * 8 + 9 * 4 + 5 * 4, "lt_key is hashed as bytes: no padding");
+static_assert(sizeof(lt_key) == 6 * 8 + 7 * 4 + 5 * 4, "lt_key is hashed as bytes: no padding");
 
 #define LT_TUNE_CANDIDATES 8 // the heuristic's candidates lt_tune times
 #define LT_TUNE_REPS 5       // timed runs of each, after one untimed
@@ -122,12 +122,7 @@ static cublasLtMatmulAlgo_t lt_tune(loom_cuda *cu, cublasLtMatmulDesc_t desc, co
 cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
     cudaDataType_t type = cu->base.dtype == LOOM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cudaDataType_t type_a = g->scale_a ? g->type_a : type, type_b = g->scale_a ? g->type_b : type;
-    // An FP8 D takes C in bf16 at another address (C == D is in place, with one layout for both):
-    // the aux's, unread as C at beta 0
-    cudaDataType_t type_d = g->scale_d ? CUDA_R_8F_E4M3 : type;
-    LOOM_CHECK(!g->scale_d || (g->aux && g->beta == 0.0f && !g->c));
-    LOOM_CHECK(!g->amax_d || g->scale_d);
-    const void *c = g->scale_d ? g->aux : g->c ? g->c : g->d;
+    const void *c = g->c ? g->c : g->d;
     int8_t fast = g->scale_a && g->fast_accum;
     cublasLtMatmulDesc_t desc;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -146,16 +141,14 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
         lt_set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
         if (g->bias) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
         if (g->aux) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type);
-        if (g->scale_d) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &g->scale_d, sizeof g->scale_d);
-        if (g->amax_d) lt_set_desc(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &g->amax_d, sizeof g->amax_d);
     }
     cublasLtMatrixLayout_t la, lb, lc, ld;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type_a, g->transa ? g->k : g->m, g->transa ? g->m : g->k, g->lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type_b, g->transb ? g->n : g->k, g->transb ? g->k : g->n, g->ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, type, g->m, g->n, g->ldd));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type_d, g->m, g->n, g->ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, g->m, g->n, g->ldd));
     lt_key key = {g->m, g->n, g->k, g->lda, g->ldb, g->ldd, g->transa, g->transb, (int32_t)g->epilogue,
-                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast, (int32_t)type_d, g->amax_d != NULL,
+                  (int32_t)type, (int32_t)type_a, (int32_t)type_b, fast,
                   lt_alignment(g->a), lt_alignment(g->b), lt_alignment(g->d), g->aux ? lt_alignment(g->aux) : 0,
                   lt_alignment(c)};
     lt_algo *hit;
@@ -178,7 +171,7 @@ cublasStatus_t cuda_gemm_run(loom_cuda *cu, const cuda_gemm *g) {
             hit->status = CUBLAS_STATUS_NOT_SUPPORTED;
         hit->algo = heur[0].algo;
         if (hit->status == CUBLAS_STATUS_SUCCESS && found > 1) {
-            size_t dbytes = (size_t)g->ldd * g->n * (type_d == CUDA_R_32F ? 4 : type_d == CUDA_R_8F_E4M3 ? 1 : 2);
+            size_t dbytes = (size_t)g->ldd * g->n * (type == CUDA_R_32F ? 4 : 2);
             hit->algo = lt_tune(cu, desc, g, c, dbytes, la, lb, lc, ld, heur, found);
         }
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
@@ -315,10 +308,11 @@ extern "C" void cuda_matmul_gelu_forward(loom_backend *be, loom_tensor out, loom
     cuda_gelu_forward(be, out, pre);
 }
 
-// Under precision fp8 with delayed scaling and act not kept (--recompute gelu: the backward
-// recomputes or skips it), the fc product hands the GELU's output to the fcproj product in FP8
-// (cuda_fp8_mlp_forward); otherwise, or where that declines, the two plain ops, the fcproj
-// product keeping no transposed copy of an act not kept (fp8_unread: its backward casts gelu(pre)).
+// Under precision fp8 with act not kept (--recompute gelu: the backward recomputes or skips it),
+// the fc product writes pre alone and one cast of gelu(pre) makes the fcproj product's FP8 input
+// and its kept transpose (cuda_fp8_mlp_forward): act is never written. Otherwise, or where that
+// declines, the two plain ops, the fcproj product keeping no transposed copy of an act not kept
+// (fp8_unread: its backward casts gelu(pre)).
 extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor pre, loom_tensor act, bool act_kept,
                                  loom_tensor inp, loom_tensor fcw, loom_tensor fcb, loom_tensor projw,
                                  loom_tensor projb, loom_tensor res) {
@@ -326,7 +320,7 @@ extern "C" void cuda_mlp_forward(loom_backend *be, loom_tensor out, loom_tensor 
     if (be->fp8 && !act_kept) { // (fp8: a bf16 backend)
         check_forward(be, pre, inp, fcw, fcb);
         check_residual(be, out, res, check_forward(be, out, act, projw, projb));
-        cuda_gemm gf = gelu_gemm(act, pre, inp, fcw, fcb), gp = forward_gemm(out, act, projw, projb, res);
+        cuda_gemm gf = forward_gemm(pre, inp, fcw, fcb, loom_tensor{}), gp = forward_gemm(out, act, projw, projb, res);
         if (cuda_fp8_mlp_forward(cu, &gf, &gp, be->fp8_site_fc, be->fp8_site) == CUBLAS_STATUS_SUCCESS) return;
     }
     cu->fp8_unread = act_kept ? NULL : act.data; // act not kept: its backward casts gelu(pre)
