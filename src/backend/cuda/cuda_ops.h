@@ -240,8 +240,8 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
 // pre and writes gelu(pre) as E4M3 by the fcproj layer's input scale, rows for gp and the
 // transpose kept for the fcproj layer's backward (cuda_fp8_keep_cols, by pre: its dw product
 // takes it instead of casting gelu(pre) again), raising that input slot's amax. cuBLASLt's GELU
-// epilogue with an FP8 D took 114 us for gpt2's fc product at B=16 on an H200, the product with
-// the bias alone 71 (the cast then ~57, where the epilogue's output needed a transpose, 29). The
+// epilogue with an FP8 D took 116 us for gpt2's fc product at B=16 on an H200, the product with
+// the bias alone 72 (the cast then 58, where the epilogue's output needed a transpose, 29). The
 // fc layer's casts take the slots of site site_fc, the fcproj layer's those of site_proj.
 // NOT_SUPPORTED, running nothing, when a product does not suit FP8 or pre is not dense and 16-byte
 // aligned; another failure of cuBLASLt's is returned as it is, pre then maybe written and the
