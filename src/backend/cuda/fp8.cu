@@ -77,11 +77,13 @@ template <int OP> __device__ __forceinline__ float convert8(float *x, uint4 v, u
 
 // *amax = max(*amax, max |y|) over the n values y that a cast OP converts from x (and pre) (n bf16,
 // 16-byte aligned, n a multiple of 8: read 8 at a time), as fp32 bits (>= 0: unsigned order is
-// float order); FP8_THREADS a block
+// float order); FP8_THREADS a block. Read from the end back: the cast after it starts at the
+// front, so that each pass begins where the one before it ended, in L2 (quantize_kernel).
 template <int OP> __global__ void amax_kernel(const __nv_bfloat16 *x, const __nv_bfloat16 *pre, int64_t n, unsigned *amax) {
     cuda_pdl_begin();
     float m = 0.0f, v[FP8_VEC];
-    GRID_STRIDE(i, n / FP8_VEC) {
+    GRID_STRIDE(j, n / FP8_VEC) {
+        int64_t i = n / FP8_VEC - 1 - j;
         uint4 u = ((const uint4 *)x)[i];
         m = convert8<OP>(v, u, OP == FP8_DGELU ? ((const uint4 *)pre)[i] : u, m);
     }
@@ -139,12 +141,14 @@ __device__ __forceinline__ void tile_block(int64_t tr, int64_t tc, int64_t &r, i
 // R and K multiples of 8, 16-byte aligned, into rows (R,K) and cols (K,R) (its transpose), each
 // where not NULL, with s from cast_scale; *record (when not NULL) raised to the largest |y| (fp32
 // bits);
-// colpart (with SUMS; (gridDim.x, K) fp32) the column sums of the block's FP8_TILE_R rows,
+// colpart (with SUMS; (gridDim.y, K) fp32) the column sums of the block's FP8_TILE_R rows,
 // added in a fixed order (a thread's rows in order, then its warp's lanes by a butterfly, then
 // the warps along the rows in order).
 // A thread converts an 8x8 block: the 4 threads of a warp along the columns read 64 contiguous
 // bytes a row and write 32 to rows, the 8 along the rows write 64 contiguous bytes a cols row,
-// so no sector is part-used and no shared memory is needed for the copies.
+// so no sector is part-used and no shared memory is needed for the copies. The grid's x runs
+// along a band of FP8_TILE_R rows, y over the bands, so a wave reads whole bands from the front:
+// where the amax pass (read from the end back) has just left them in L2.
 template <int OP, bool SUMS>
 __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const __nv_bfloat16 *src,
                                 const __nv_bfloat16 *pre, int64_t R, int64_t K, bool e5m2, const unsigned *amax,
@@ -156,7 +160,7 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     constexpr int XS = FP8_WARP_C / FP8_VEC; // a warp's threads along its columns
     int64_t r, c;
-    tile_block(blockIdx.x, blockIdx.y, r, c);
+    tile_block(blockIdx.y, blockIdx.x, r, c);
     float cs[FP8_VEC] = {};
     float m = r < R && c < K ? quantize_block<OP, SUMS>(rows, cols, cs, src, pre, r, c, R, K, s,
                                                        e5m2 ? __NV_E5M2 : __NV_E4M3)
@@ -169,11 +173,11 @@ __global__ void quantize_kernel(uint8_t *rows, uint8_t *cols, float *inv, const 
         if (lane < XS)
             for (int j = 0; j < FP8_VEC; j++) mine[j] = cs[j];
         __syncthreads();
-        int64_t col = (int64_t)blockIdx.y * FP8_TILE_C + threadIdx.x;
+        int64_t col = (int64_t)blockIdx.x * FP8_TILE_C + threadIdx.x;
         if (threadIdx.x < FP8_TILE_C && col < K) {
             float t = 0.0f;
             for (int w = 0; w < RW; w++) t += sums[w][threadIdx.x];
-            colpart[blockIdx.x * K + col] = t;
+            colpart[blockIdx.y * K + col] = t;
         }
     }
     if (record) record_max<FP8_THREADS>(m, record);
@@ -280,7 +284,7 @@ static void quantize(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cast c, un
                      int64_t R, int64_t K, bool e5m2, float *colpart = NULL) {
     LOOM_CHECK((uintptr_t)src.x % 16 == 0 && R % 16 == 0 && K % 16 == 0); // 16-byte reads, whole 8x8 blocks
     LOOM_CHECK((src.op == FP8_DGELU) == (src.pre != NULL) && (uintptr_t)src.pre % 16 == 0);
-    LOOM_CHECK((K + FP8_TILE_C - 1) / FP8_TILE_C <= 65535); // gridDim.y
+    LOOM_CHECK(quantize_chunks(R) <= 65535); // gridDim.y
     switch (src.op) {
     case FP8_AS_IS: return quantize_launch<FP8_AS_IS>(cu, rows, cols, c, amax, src, R, K, e5m2, colpart);
     case FP8_GELU: return quantize_launch<FP8_GELU>(cu, rows, cols, c, amax, src, R, K, e5m2, colpart);
@@ -298,7 +302,7 @@ static void quantize_launch(loom_cuda *cu, uint8_t *rows, uint8_t *cols, fp8_cas
                     FP8_THREADS, 0, rows, c.inv, (const __nv_bfloat16 *)src.x, R * K, e5m2, amax, c.scale, c.record);
         return;
     }
-    dim3 grid((unsigned)quantize_chunks(R), (unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C));
+    dim3 grid((unsigned)((K + FP8_TILE_C - 1) / FP8_TILE_C), (unsigned)quantize_chunks(R));
     auto kernel = colpart ? quantize_kernel<OP, true> : quantize_kernel<OP, false>;
     cuda_launch(cu->stream, kernel, grid, FP8_THREADS, 0, rows, cols, c.inv, (const __nv_bfloat16 *)src.x,
                 (const __nv_bfloat16 *)src.pre, R, K, e5m2, amax, c.scale, c.record, colpart);
