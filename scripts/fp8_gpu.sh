@@ -6,9 +6,10 @@
 #      to bf16 are counted
 #   2. the same mathematics with --cuda-graphs: gpt2-mini (fixture shard, B=4 T=64, 2 micro-batches
 #      a step) 20 steps in fp8 with and without graphs, each recipe: every loss and the model
-#      bit-identical; delayed scaling's histories in the checkpoint: a delayed run killed after
-#      step 14 and resumed from step 10 ends bit-identical to the whole run, and resuming it with
-#      another --fp8-history is refused
+#      bit-identical; so with --recompute gelu against auto's selective (the LayerNorm outputs
+#      not kept where their FP8 copies were, written again where not); delayed scaling's histories
+#      in the checkpoint: a delayed run killed after step 14 and resumed from step 10 ends
+#      bit-identical to the whole run, and resuming it with another --fp8-history is refused
 #   3. the loss curve: gpt2 on the Brown shards, B=16 T=1024, FP8_STEPS (1000) steps in bf16 and in
 #      fp8 with each recipe (delayed with --recompute gelu: its fastest form, the GELU's output
 #      handed over in FP8): the validation losses side by side and each recipe's last relative
@@ -31,11 +32,19 @@ row "fp8 products left in bf16 (one gpt2 step)" \
 ARGS=(--model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 20
       --lr 1e-3 --warmup 5 --device cuda --precision fp8)
 for r in "${RECIPES[@]}"; do
-    for graphs in "" "--cuda-graphs"; do
+    for graphs in "" "--cuda-graphs" "--recompute gelu"; do
         # shellcheck disable=SC2086
         ran "fp8 $r $graphs" "$WORK/mini$r$graphs.log" "$LOOM" train "${ARGS[@]}" --fp8-recipe $r $graphs \
             --metrics "$WORK/mini$r$graphs.jsonl" --ckpt-dir "$WORK/mini$r$graphs"
     done
+    # auto's --recompute selective: the LayerNorm outputs not kept where their FP8 copies were
+    if diff <(losses "$WORK/mini$r.jsonl") <(losses "$WORK/mini$r--recompute gelu.jsonl") >/dev/null &&
+        cmp -s "$WORK/mini$r/model_00000020.bin" "$WORK/mini$r--recompute gelu/model_00000020.bin"; then
+        row "fp8 $r: --recompute selective vs gelu (gpt2-mini)" "bit-identical: 20 losses, the model after 20 steps"
+    else
+        failed=1
+        row "fp8 $r: --recompute selective vs gelu (gpt2-mini)" "FAIL: the losses or the model differ"
+    fi
     if diff <(losses "$WORK/mini$r.jsonl") <(losses "$WORK/mini$r--cuda-graphs.jsonl") >/dev/null &&
         cmp -s "$WORK/mini$r/model_00000020.bin" "$WORK/mini$r--cuda-graphs/model_00000020.bin" &&
         [ "$(losses "$WORK/mini$r.jsonl" | wc -l)" -eq 20 ]; then

@@ -393,6 +393,14 @@ struct loom_backend {
     // this and the roll. Memory: 2 bytes a weight element, held from the first call on. In order
     // with the ops (a graph can record it).
     void (*fp8_weights)(loom_backend *be, const loom_tensor *w, const int *sites, int n);
+    // Whether the backward of linear layer `site` (its matmul_backward, or mlp_backward for an fc
+    // layer, with both its input's and its weight's gradients) takes its input x from a copy this
+    // backend made of x in the layer's forward and kept (FP8's transposed copy; backend/cuda/
+    // fp8_kept.cu), never from x: true, and x need not hold its values any more (the model's
+    // --recompute selective then does not write its LayerNorm outputs again). A backward that would
+    // have to read x after all stops the program, naming the layer, rather than read it. NULL or
+    // false: the backward reads x.
+    bool (*input_kept)(loom_backend *be, loom_tensor x, int site);
     // The amax of every slot over the casts since the last roll (or fp8_begin): (n) fp32 in this
     // backend's memory, n 3 x (the highest fp8_site used + 1) rounded up, NULL with n 0 before
     // the first slot's cast. The caller may reduce it before fp8_roll (a max over data-parallel

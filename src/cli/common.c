@@ -27,10 +27,11 @@ loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m) {
 }
 
 loom_status cli_recompute_parse(const char *name, const char *precision, loom_recompute *mode) {
-    if (strcmp(name, "auto") == 0) name = strcmp(precision, "fp8") == 0 ? "gelu" : "none";
+    if (strcmp(name, "auto") == 0) name = strcmp(precision, "fp8") == 0 ? "selective" : "none";
     loom_status s = loom_recompute_parse(name, mode);
     if (s != LOOM_OK)
-        return loom_fail(LOOM_EINVAL, "modes are: auto, none, gelu, full", "unknown --recompute mode '%s'", name);
+        return loom_fail(LOOM_EINVAL, "modes are: auto, none, gelu, selective, full", "unknown --recompute mode '%s'",
+                         name);
     return LOOM_OK;
 }
 

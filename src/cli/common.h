@@ -38,14 +38,14 @@ loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m);
 // Config from a named model with optional overrides (values <= 0 keep the named value).
 loom_status cli_model_config(const char *name, int layers, int heads, int channels, int max_seq, int vocab,
                              loom_gpt2_config *cfg);
-// --recompute's value under --precision `precision`: none, gelu, full, or auto (the default):
-// gelu under fp8, whose fused MLP backward never reads the GELU output (keeping it would cost
-// memory and save nothing; with delayed scaling the forward then hands it over in FP8), else none.
-// Errors: LOOM_EINVAL naming an unknown mode.
+// --recompute's value under --precision `precision`: none, gelu, selective, full, or auto (the
+// default): selective under fp8, whose backward reads neither the GELU output nor, where the
+// backend kept their FP8 copies, the LayerNorm outputs (keeping them would cost memory and save
+// nothing), else none. Errors: LOOM_EINVAL naming an unknown mode.
 loom_status cli_recompute_parse(const char *name, const char *precision, loom_recompute *mode);
-#define CLI_RECOMPUTE_HELP                                                                                   \
-    "activations the backward recomputes: auto (gelu under --precision fp8, else none), none, gelu (the GELU " \
-    "output), full (whole blocks)"
+#define CLI_RECOMPUTE_HELP                                                                                      \
+    "activations the backward recomputes: auto (selective under --precision fp8, else none), none, gelu (the " \
+    "GELU output), selective (the GELU and LayerNorm outputs), full (whole blocks)"
 // "124.4M", "1.56B", "7.2K"
 void cli_human_count(char *out, size_t cap, double n);
 // "512.0 MiB"

@@ -46,6 +46,11 @@ static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
     if (training && m->offload_activations && L > GPT2_OFFLOAD_RESIDENT) L = GPT2_OFFLOAD_RESIDENT; // gpt2_offload.c
     int64_t Lb = m->recompute == LOOM_RECOMPUTE_FULL ? 1 : L; // block internals
     int64_t Lg = m->recompute != LOOM_RECOMPUTE_NONE ? 1 : L; // GELU output
+    // the LayerNorm outputs recomputed: one buffer, each block's view GPT2_NORM_SHIFT bytes after
+    // the last one's (gpt2_forward.c's norm_out)
+    bool norms = training && gpt2_norms_recomputed(m);
+    int64_t Ln = norms ? 1 : Lb;
+    size_t shift = norms ? (size_t)(L - 1) * GPT2_NORM_SHIFT : 0;
     loom_dtype dt = m->be->dtype;
     size_t off = 0;
     *a = (loom_gpt2_acts){0};
@@ -54,14 +59,16 @@ static size_t layout_slot(loom_gpt2_acts *a, char *base, const loom_gpt2 *m, int
     TAKE(a, encoded, dt, Nl, C);
     if (m->chunk_blocks > 0) {
         int64_t Cl = width(m, B_QKVW) / 3, C4 = width(m, B_FCW);
-        TAKE(a, ln1, dt, Lb, N, C);
+        TAKE(a, ln1, dt, Ln, N, C);
+        off += shift;
         TAKE(a, ln1_mean, LOOM_F32, Lb, Nl);
         TAKE(a, ln1_rstd, LOOM_F32, Lb, Nl);
         TAKE(a, qkv, dt, Lb, B, T, 3 * Cl);
         TAKE(a, atty, dt, Lb, B, T, Cl);
         TAKE(a, att_lse, LOOM_F32, Lb, B, NH, T);
         TAKE(a, residual2, dt, Lb, Nl, C);
-        TAKE(a, ln2, dt, Lb, N, C);
+        TAKE(a, ln2, dt, Ln, N, C);
+        off += shift;
         TAKE(a, ln2_mean, LOOM_F32, Lb, Nl);
         TAKE(a, ln2_rstd, LOOM_F32, Lb, Nl);
         TAKE(a, fch, dt, Lb, N, C4);
@@ -99,6 +106,10 @@ static size_t layout_grads(gpt2_views *v, char *base, const loom_gpt2 *m, int B,
     return off;
 }
 #undef TAKE
+
+bool gpt2_norms_recomputed(const loom_gpt2 *m) {
+    return m->recompute == LOOM_RECOMPUTE_SELECTIVE && !m->split_backward && !m->offload_activations;
+}
 
 loom_tensor gpt2_mine(const loom_gpt2 *m, const gpt2_views *v, loom_tensor full) {
     return loom_row_slice(&full, m->row_shard * v->Nl, (m->row_shard + 1) * v->Nl);
@@ -266,7 +277,7 @@ loom_status loom_gpt2_alloc(loom_gpt2 *m, int B, int T, bool training) {
                          "sequence parallelism splits the rows over %d ranks, but the sequence length is %d",
                          m->row_shards, T);
     if (training && m->split_backward && m->recompute == LOOM_RECOMPUTE_FULL)
-        return loom_fail(LOOM_EINVAL, "use --recompute none or gelu with a zero-bubble schedule",
+        return loom_fail(LOOM_EINVAL, "use --recompute none, gelu or selective with a zero-bubble schedule",
                          "a split backward keeps each block's activations until its weight gradient, which "
                          "--recompute full discards");
     if (training && m->split_backward && m->offload_activations)
@@ -322,17 +333,17 @@ size_t loom_gpt2_memory_bytes(const loom_gpt2 *m, size_t *offloaded) {
     return total;
 }
 
-static const char *const recompute_names[] = {"none", "gelu", "full"};
+static const char *const recompute_names[] = {"none", "gelu", "selective", "full"};
 
 const char *loom_recompute_name(loom_recompute mode) { return recompute_names[mode]; }
 
 loom_status loom_recompute_parse(const char *name, loom_recompute *mode) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < (int)(sizeof recompute_names / sizeof *recompute_names); i++)
         if (strcmp(name, recompute_names[i]) == 0) {
             *mode = (loom_recompute)i;
             return LOOM_OK;
         }
-    return loom_fail(LOOM_EINVAL, "modes are: none, gelu, full", "unknown --recompute mode '%s'", name);
+    return loom_fail(LOOM_EINVAL, "modes are: none, gelu, selective, full", "unknown --recompute mode '%s'", name);
 }
 
 // The micro-batch of slot `slot`, moved to its token and target buffers by `move` (be->upload or

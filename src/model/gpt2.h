@@ -32,7 +32,8 @@
 typedef struct {
     loom_tensor tokens, targets;             // (B,T) int32
     loom_tensor encoded;                     // (Nl,C) the first block's input
-    loom_tensor ln1, ln1_mean, ln1_rstd;     // (nb,N,C) all rows, (nb,Nl) fp32, (nb,Nl) fp32
+    loom_tensor ln1, ln1_mean, ln1_rstd;     // (nb,N,C) all rows, (nb,Nl) fp32, (nb,Nl) fp32; ln1 and
+                                             // ln2 (1,N,C) under --recompute selective (gpt2_forward.c)
     loom_tensor qkv;                         // (nb,N,3Cl)
     loom_tensor atty;                        // (nb,N,Cl) attention output before projection
     loom_tensor att_lse;                     // (nb,B,NHl,T) fp32
@@ -55,12 +56,18 @@ typedef struct {
 typedef enum {
     LOOM_RECOMPUTE_NONE, // keep every activation: (nb,...) for each block tensor
     LOOM_RECOMPUTE_GELU, // recompute gelu(fch) per block: saves nb*N*4Cl values
+    // also the two LayerNorm outputs (ln1, ln2), from their inputs and statistics, as Megatron-LM's
+    // --recompute-modules layernorm: saves (nb-1)*2*N*C values more for two LayerNorms a block in
+    // backward, which a backend that kept its own copy of a linear layer's input for that layer's
+    // backward (backend.h's input_kept: FP8's transposed copies) spares; as gelu with a split
+    // backward or offloaded activations, which keep each block's
+    LOOM_RECOMPUTE_SELECTIVE,
     LOOM_RECOMPUTE_FULL, // keep block outputs only, re-run each block's forward in backward
 } loom_recompute;
 
-// "none", "gelu" or "full". Errors: LOOM_EINVAL naming the unknown mode.
+// "none", "gelu", "selective" or "full". Errors: LOOM_EINVAL naming the unknown mode.
 loom_status loom_recompute_parse(const char *name, loom_recompute *mode);
-// The mode's name, as loom_recompute_parse takes it ("none", "gelu", "full").
+// The mode's name, as loom_recompute_parse takes it ("none", "gelu", "selective", "full").
 const char *loom_recompute_name(loom_recompute mode);
 
 // Where a model object sits in a parallel layout: its pipeline stage and its tensor-parallel

@@ -27,6 +27,14 @@ static loom_tensor no_tensor(void) { return (loom_tensor){0}; }
 // activations its resident copy (gpt2_offload.c).
 static loom_tensor layer(const loom_tensor *t, int i) { return loom_index(t, i % t->shape[0]); }
 
+// Block i's LayerNorm output (ln1 or ln2): its own, or under --recompute selective its view into
+// the buffer the blocks share (gpt2_internal.h's GPT2_NORM_SHIFT)
+static loom_tensor norm_out(const loom_gpt2 *m, const loom_tensor *t, int i) {
+    loom_tensor v = layer(t, i);
+    if (m->training && gpt2_norms_recomputed(m)) v.data = (char *)t->data + (size_t)i * GPT2_NORM_SHIFT;
+    return v;
+}
+
 // Profiler ranges around the passes and blocks (NVTX on a GPU; nothing on the CPU).
 static void range_push(loom_gpt2 *m, const char *what, int l) {
     if (!m->be->range_push) return;
@@ -158,13 +166,18 @@ static loom_tensor block_input(const gpt2_views *v, int l) {
     return i == 0 ? v->a.encoded : layer(&v->a.residual3, i - 1);
 }
 
+// Whether the blocks keep gelu(fch) for the backward (else it recomputes it)
+static bool act_kept(const loom_gpt2 *m) {
+    return m->recompute != LOOM_RECOMPUTE_GELU && m->recompute != LOOM_RECOMPUTE_SELECTIVE;
+}
+
 // Block l on its input x (Nl,C): writes its activations and residual3 (its output).
 static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor x) {
     loom_backend *be = m->be;
     const loom_gpt2_acts *a = &v->a;
     int i = l - v->first;
-    loom_tensor ln1 = layer(&a->ln1, i), qkv = layer(&a->qkv, i), atty = layer(&a->atty, i);
-    loom_tensor residual2 = layer(&a->residual2, i), ln2 = layer(&a->ln2, i);
+    loom_tensor ln1 = norm_out(m, &a->ln1, i), qkv = layer(&a->qkv, i), atty = layer(&a->atty, i);
+    loom_tensor residual2 = layer(&a->residual2, i), ln2 = norm_out(m, &a->ln2, i);
     loom_tensor fch = layer(&a->fch, i), fch_gelu = layer(&a->fch_gelu, i), out = v->proj_local, fcw, projw;
     layernorm_feeds(m, l, B_QKVW);
     be->layernorm_forward(be, gpt2_mine(m, v, ln1), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i), x,
@@ -190,7 +203,7 @@ static void block_forward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor 
         tp_gather(m, ln2, gpt2_mine(m, v, ln2));
     }
     mlp_weights(m, l, &fcw, &projw); // gelu(fch) need not be kept when the backward recomputes it
-    bool kept = m->recompute != LOOM_RECOMPUTE_GELU;
+    bool kept = act_kept(m);
     loom_tensor fcb = gpt2_param(m, l, B_FCB), projb = gpt2_applied(m, l, B_FCPROJB);
     if (whole) {
         be->mlp_forward(be, residual3, fch, fch_gelu, kept, ln2, fcw, fcb, projw, projb, residual2);
@@ -227,7 +240,7 @@ static void block_weights(loom_gpt2 *m, const gpt2_views *v, int l, block_douts 
     const loom_gpt2_acts *a = &v->a;
     int i = l - v->first;
     loom_tensor none = no_tensor();
-    if (m->recompute == LOOM_RECOMPUTE_GELU) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
+    if (!act_kept(m)) be->gelu_forward(be, layer(&a->fch_gelu, i), layer(&a->fch, i));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_FCPROJW), gpt2_grad(m, l, B_FCPROJB), d.fcproj,
                         layer(&a->fch_gelu, i), linear_weight(m, l, B_FCPROJW));
     be->matmul_backward(be, none, gpt2_grad(m, l, B_FCW), gpt2_grad(m, l, B_FCB), d.fch, layer(&a->ln2, i),
@@ -237,6 +250,27 @@ static void block_weights(loom_gpt2 *m, const gpt2_views *v, int l, block_douts 
     be->matmul_backward(be, none, gpt2_grad(m, l, B_QKVW), gpt2_grad(m, l, B_QKVB), d.qkv, layer(&a->ln1, i),
                         linear_weight(m, l, B_QKVW));
     no_site(m);
+}
+
+// Block l's LayerNorm output *t (ln1 or ln2: the input of its linear layer k), for that layer's
+// backward; where the norms are recomputed (gpt2_norms_recomputed) written again from its input x,
+// weight kw and bias kb, unless the backend kept its own copy of it for that layer's products
+// (backend.h's input_kept). With tensor parallelism it is always written again (and gathered):
+// every rank takes part.
+static loom_tensor norm_again(loom_gpt2 *m, const gpt2_views *v, int l, int k, const loom_tensor *t, loom_tensor x,
+                              int kw, int kb) {
+    loom_backend *be = m->be;
+    int i = l - v->first;
+    loom_tensor out = norm_out(m, t, i);
+    if (!gpt2_norms_recomputed(m)) return out;
+    if (!m->tp.gather && be->input_kept && be->input_kept(be, out, site_of(m, l, k))) return out;
+    const loom_tensor *mean = t == &v->a.ln1 ? &v->a.ln1_mean : &v->a.ln2_mean;
+    const loom_tensor *rstd = t == &v->a.ln1 ? &v->a.ln1_rstd : &v->a.ln2_rstd;
+    be->fp8_site_ln = -1; // no FP8 copy: the products cast what they read
+    be->layernorm_forward(be, gpt2_mine(m, v, out), layer(mean, i), layer(rstd, i), x, gpt2_param(m, l, kw),
+                          gpt2_param(m, l, kb));
+    tp_gather(m, out, gpt2_mine(m, v, out));
+    return out;
 }
 
 // Block l's backward from v->dres = d(loss)/d(block output) to d(loss)/d(block input) in v->dres,
@@ -254,11 +288,11 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     loom_tensor datty = LOOM_VIEW(v->dbtc.data, be->dtype, v->B, v->T, loom_cols(&atty)); // (B,T,Cl)
     tp_gather(m, v->dfull, v->dres);
     keep(m, d.fcproj, v->dfull);
+    loom_tensor ln2 = norm_again(m, v, l, B_FCW, &a->ln2, layer(&a->residual2, i), B_LN2W, B_LN2B);
     mlp_weights(m, l, &fcw, &projw); // gelu(fch) recomputed in the op when not kept
     be->mlp_backward(be, v->dbtc, d.fch, all ? gpt2_grad(m, l, B_FCW) : none, all ? gpt2_grad(m, l, B_FCB) : none,
                      all ? gpt2_grad(m, l, B_FCPROJW) : none, all ? gpt2_grad(m, l, B_FCPROJB) : none, v->dfull,
-                     layer(&a->ln2, i), fcw, layer(&a->fch, i), layer(&a->fch_gelu, i),
-                     m->recompute != LOOM_RECOMPUTE_GELU, projw);
+                     ln2, fcw, layer(&a->fch, i), layer(&a->fch_gelu, i), act_kept(m), projw);
     tp_reduce(m, v->dlocal, v->dbtc);
     // dres becomes d(loss)/d(residual2), the attproj layer's output gradient: where it has all the
     // rows, the LayerNorm backward sums its columns into the attproj bias gradient as it writes it
@@ -274,7 +308,8 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     loom_tensor dqkvb = all ? gpt2_grad(m, l, B_QKVB) : none;
     if (attention_backward(m, d.qkv, dqkvb, datty, layer(&a->qkv, i), atty, layer(&a->att_lse, i)))
         dqkvb = none; // summed there
-    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, dqkvb, d.qkv, layer(&a->ln1, i),
+    loom_tensor ln1 = norm_again(m, v, l, B_QKVW, &a->ln1, x, B_LN1W, B_LN1B);
+    be->matmul_backward(be, v->dbtc, all ? gpt2_grad(m, l, B_QKVW) : none, dqkvb, d.qkv, ln1,
                         linear_weight(m, l, B_QKVW));
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), none, v->dlocal, x,

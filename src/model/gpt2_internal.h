@@ -40,6 +40,15 @@ static inline int64_t gpt2_equal_chunk(int64_t N, int64_t most) {
 // The mean loss over the views' N tokens, read back from the slot's losses (after the head).
 double gpt2_mean_loss(loom_gpt2 *m, const gpt2_views *v);
 
+// Whether the backward writes the blocks' LayerNorm outputs again (--recompute selective, unless
+// a split backward or offloaded activations keep each block's: then as gelu). They then share one
+// buffer (gpt2.h's ln1, ln2), block i's view GPT2_NORM_SHIFT bytes times i into it: the views
+// overlap, but each has an address of its own, by which a backend knows the copy it kept of it
+// (backend.h's input_kept). The shift is a multiple of 16 (vector loads), of the dtype sizes, and
+// of 256 (cuBLASLt's alignment).
+bool gpt2_norms_recomputed(const loom_gpt2 *m);
+enum { GPT2_NORM_SHIFT = 256 };
+
 // ---- activation offloading (gpt2_offload.c; gpt2.h's offload_activations) ----
 typedef struct gpt2_offload gpt2_offload;
 // Blocks per slot whose saved activations stay on the backend (the leading dim of the slot's

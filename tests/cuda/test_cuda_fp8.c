@@ -495,11 +495,12 @@ static bool same_bits(buf a, buf b) {
 // that cast it would give NaN). The forward, dinp and dw must be bit-identical to the same
 // products cast from the copy aside (the backward's from a second copy, which has no transposed
 // copy: the kept ones hold the bytes the casts make), the input slot's amax must be the output's
-// (exact), and out, mean and rstd bit-identical to the LayerNorm's without a site. Then the forward
+// (exact), and out, mean and rstd bit-identical to the LayerNorm's without a site; input_kept says
+// so for that layer in the second step (and never for another layer). Then the forward
 // product's own cast of the copy aside keeps its transpose too: dw with the copy aside overwritten
 // by NaN must be bit-identical again. Then a LayerNorm of another layer's input, and one without a
-// site that rewrites the output: the products must cast again (bit-identical to casting a copy).
-// With `fused`, the residual form (res = a + b first). With C not a multiple of 16 no copy is made
+// site that rewrites the output: the products must cast again (bit-identical to casting a copy),
+// and input_kept says no. With `fused`, the residual form (res = a + b first). With C not a multiple of 16 no copy is made
 // (and the products run in bf16): the same checks hold without the NaN and the amax.
 static void test_layernorm_kept(int N, int C, int OC, bool fused) {
     buf x = b_randn((size_t)N * C, 1, dt), r = b_randn((size_t)N * C, 1, dt), res = b_nans((size_t)N * C, dt);
@@ -537,6 +538,10 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
         gpu->copy(gpu, aside.d, ln.d, ln.n * 2);
         if (step == 1 && kept) b_upload(ln, nan_h); // the copies, not the tensor, must feed the products
         FORWARD(got, ln);
+        T_ASSERT((step == 0 || gpu->input_kept(gpu, DV(ln, N, C), LN_SITE) == kept) &&
+                     !gpu->input_kept(gpu, DV(ln, N, C), LN_SITE + 1),
+                 "fp8 layernorm N=%d C=%d step %d: input_kept says %d for its layer", N, C, step,
+                 gpu->input_kept(gpu, DV(ln, N, C), LN_SITE));
         BACKWARD(got, ln);
         gpu->copy(gpu, ln.d, aside.d, ln.n * 2);
         if (step == 1 && kept) {
@@ -580,6 +585,7 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
             b_upload(x, x.h);
         }
         LN_RUN(k == 0 ? LN_SITE + 1 : -1, ln, mean, rstd);
+        T_ASSERT(!gpu->input_kept(gpu, DV(ln, N, C), LN_SITE), "fp8 layernorm: input_kept after a LayerNorm rewrote it");
         gpu->copy(gpu, aside.d, ln.d, ln.n * 2);
         FORWARD(got, ln), BACKWARD(got, ln);
         FORWARD(want, aside), BACKWARD(want, aside);

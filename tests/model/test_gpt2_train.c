@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "model/gpt2.h"
+#include "model/gpt2_internal.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 
@@ -99,15 +100,16 @@ static void test_accumulation(loom_backend *be, uint64_t seed) {
     loom_gpt2_free(m);
 }
 
-// Recomputing activations in backward gives bit-identical gradients with less memory.
+// Recomputing activations in backward gives bit-identical gradients with less memory: none >
+// gelu > selective (the LayerNorm outputs too: by 2 (nb-1) N C values and the views' shifts) > full.
 static void test_recompute(loom_backend *be, uint64_t seed) {
     int B = 3, T = 17;
     int32_t x[3 * 17], y[3 * 17];
     loom_gpt2 *m = tiny_model(be, seed, x, y, B * T);
     size_t bytes = (size_t)m->num_elements * sizeof(float);
     float *ref = malloc(bytes), *got = malloc(bytes);
-    size_t mem[3];
-    double loss[3];
+    size_t mem[4];
+    double loss[4];
     for (int mode = LOOM_RECOMPUTE_NONE; mode <= LOOM_RECOMPUTE_FULL; mode++) {
         m->recompute = (loom_recompute)mode;
         T_ASSERT(loom_gpt2_alloc(m, B, T, true) == LOOM_OK, "alloc");
@@ -118,7 +120,13 @@ static void test_recompute(loom_backend *be, uint64_t seed) {
         if (mode > 0)
             T_ASSERT(memcmp(ref, got, bytes) == 0 && loss[mode] == loss[0], "recompute mode %d: gradients differ", mode);
     }
-    T_ASSERT(mem[2] < mem[1] && mem[1] < mem[0], "memory none %zu > gelu %zu > full %zu", mem[0], mem[1], mem[2]);
+    T_ASSERT(mem[3] < mem[2] && mem[2] < mem[1] && mem[1] < mem[0], "memory none %zu > gelu %zu > selective %zu > full %zu",
+             mem[0], mem[1], mem[2], mem[3]);
+    int64_t L = m->cfg.num_layers, N = (int64_t)B * T, C = m->cfg.channels;
+    size_t norms = (size_t)(2 * (L - 1) * N * C) * loom_dtype_size(be->dtype);
+    T_ASSERT(L > 1 && mem[1] - mem[2] + 2 * (L - 1) * GPT2_NORM_SHIFT + 128 >= norms && mem[1] - mem[2] <= norms,
+             "selective saves %zu bytes against gelu, the LayerNorm outputs of %lld blocks %zu", mem[1] - mem[2],
+             (long long)(L - 1), norms);
     loom_recompute r;
     T_ASSERT(loom_recompute_parse("some", &r) == LOOM_EINVAL && strstr(loom_error_message(), "'some'"), "bad mode");
     free(ref);

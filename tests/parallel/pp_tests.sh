@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `loom train --pp` on the CPU under mpirun: pp_tests.sh CASE LOOM COMPARE FIXTURES
 #   parity:  every schedule at pp 2 and pp 4 (interleaved with 2 stages per rank), and
-#            pp 2 x tp 2 x dp 2 on 8 ranks (--sp, ZeRO 1 and 2), 10 steps of 8 micro-batches from a
+#            pp 2 x tp 2 x dp 2 on 8 ranks (--sp, ZeRO 1 and 2), pp 2 with --recompute selective
+#            (1f1b, interleaved, zb-v), 10 steps of 8 micro-batches from a
 #            fresh 8-layer model: the loss at every step within 1e-5 relative of the one-process
 #            run with the same global batch, and the final weights (the model file gathered from
 #            the stages) within 1e-5 relative
@@ -45,6 +46,10 @@ parity)
   done
   check "pp2-tp2-dp2-zero1" 8 --pp 2 --tp 2 --sp --zero 1 --pp-schedule zb-v
   check "pp2-tp2-dp2-zero2" 8 --pp 2 --tp 2 --zero 2 --pp-schedule interleaved --virtual-stages 2
+  # the LayerNorm outputs recomputed, in one buffer per slot (zb-v: kept per block, as gelu)
+  check "pp2-1f1b-selective" 2 --pp 2 --pp-schedule 1f1b --recompute selective
+  check "pp2-interleaved-selective" 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --recompute selective
+  check "pp2-zbv-selective" 2 --pp 2 --pp-schedule zb-v --recompute selective
   ;;
 resume)
   common=(--pp 2 --pp-schedule zb-v --zero 1 --batch 2 --global-batch 16 --steps 6 --bucket-mb 0.01 --ckpt-every 3)
@@ -59,7 +64,7 @@ errors)
   expect_mpi_error 2 "unknown" train "${ARGS[@]}" --pp 2 --pp-schedule zigzag --batch 1 --steps 1
   expect_mpi_error 4 "multiple" train "${ARGS[@]}" --pp 4 --pp-schedule interleaved --virtual-stages 2 --batch 1 --global-batch 6 --steps 1
   expect_mpi_error 2 "dualpipev" train "${ARGS[@]}" --pp 2 --pp-schedule dualpipev --batch 1 --global-batch 2 --steps 1
-  expect_mpi_error 2 "use --recompute none or gelu with a zero-bubble schedule" train "${ARGS[@]}" --pp 2 \
+  expect_mpi_error 2 "use --recompute none, gelu or selective with a zero-bubble schedule" train "${ARGS[@]}" --pp 2 \
     --pp-schedule zb-h1 --recompute full --batch 1 --global-batch 2 --steps 1
   expect_mpi_error 2 "sampling during training under --pp 2" train "${ARGS[@]}" --pp 2 --sample-every 1 --batch 1 --steps 1
   expect_mpi_error 1 "--virtual-stages 2 needs a pipeline" train "${ARGS[@]}" --virtual-stages 2 --batch 1 --steps 1

@@ -256,6 +256,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .step_scalars = cuda_step_scalars,
         .fp8_begin = cuda_fp8_begin,
         .fp8_weights = cuda_fp8_weights,
+        .input_kept = cuda_input_kept,
         .fp8_amax = cuda_fp8_amax,
         .fp8_roll = cuda_fp8_roll,
         .fp8_save = cuda_fp8_save,

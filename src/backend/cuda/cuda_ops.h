@@ -309,6 +309,9 @@ const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, 
                                   float **inv);
 // Forgets the transposed copy of x (one that was to be made and was not).
 void cuda_fp8_forget_cols(loom_cuda *cu, const void *x);
+// Stops the program when x's transposed copy was promised to a caller for site's backward
+// (input_kept answered true) and a product is about to read x instead (what: which one).
+void cuda_fp8_unpromised(const loom_cuda *cu, const void *x, int site, const char *what);
 // Frees the transposed copies' buffers that no cuda_fp8_keep_cols asked for since the last call
 // (the tensors moved or are gone); at fp8_begin, except while a graph is being recorded.
 void cuda_fp8_kept_collect(loom_cuda *cu);
@@ -406,6 +409,7 @@ double cuda_sumsq(loom_backend *be, loom_tensor x);
 void cuda_sumsq_add(loom_backend *be, double *acc, loom_tensor x);
 void cuda_fp8_begin(loom_backend *be);
 void cuda_fp8_weights(loom_backend *be, const loom_tensor *w, const int *sites, int n);
+bool cuda_input_kept(loom_backend *be, loom_tensor x, int site);
 float *cuda_fp8_amax(loom_backend *be, size_t *n);
 void cuda_fp8_roll(loom_backend *be);
 size_t cuda_fp8_save(loom_backend *be, float *out);

@@ -436,6 +436,7 @@ void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, 
     const uint8_t *xt =
         gw->transa ? NULL : cuda_fp8_kept_cols(cu, cu->base.fp8_site, x.x, gw->m * gw->k, x.op == FP8_GELU, &xinv);
     if (xinv) cx.inv = xinv; // scaled by its current amax in the forward
+    if (!xt) cuda_fp8_unpromised(cu, x.x, cu->base.fp8_site, "weight-gradient product's cast");
     if (!xt) quantize_a(cu, gw, a8, cx, &h.amax[2], x);
     *sw = fp8_run(cu, gw, xt ? xt : a8, cx.inv, cols, cd.inv, true);
     if (dbias && *sw == CUBLAS_STATUS_SUCCESS)

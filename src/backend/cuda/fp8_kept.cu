@@ -38,6 +38,7 @@ struct kept_cols {
     int64_t numel;
     bool gelu;     // of gelu(x)
     bool used;     // asked for since the last fp8_begin (cuda_fp8_kept_collect)
+    int promised;  // the layer input_kept answered true to for it (x need not hold its values; -1: none)
 };
 
 struct cuda_fp8_kept {
@@ -96,7 +97,7 @@ static kept_cols *cols_of(const cuda_fp8_kept *k, const void *x) {
 // Forgets the transposed copy of x
 static void forget_cols(cuda_fp8_kept *k, const void *x) {
     kept_cols *e = cols_of(k, x);
-    if (e) e->site = -1;
+    if (e) e->site = e->promised = -1;
 }
 
 cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, int64_t C, bool fits) {
@@ -115,7 +116,7 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
 
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv) {
     kept_cols *e = cols_of(cu->fp8_kept, x);
-    if (e) e->site = -1; // x is written anew: its old copy goes (and reserve may move the buffer)
+    if (e) e->site = e->promised = -1; // x is written anew: its old copy goes (and reserve may move the buffer)
     if (site < 0 || !cu->base.fp8 || x == cu->fp8_unread || N % 16 || C % 16) return NULL;
     cuda_fp8_kept *k = kept_of(cu);
     if (!e) {
@@ -127,7 +128,7 @@ uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, i
             k->inputs = grown;
         }
         e = &k->inputs[k->ninputs++];
-        *e = kept_cols{x, NULL, 0, -1, 0, false, false};
+        *e = kept_cols{x, NULL, 0, -1, 0, false, false, -1};
     }
     e->used = true;
     // sized at the first step (no history yet), so that a recording does not allocate
@@ -166,6 +167,23 @@ const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, 
     if (!e || site < 0 || !scaled(cu, site) || e->site != site || e->numel != numel || e->gelu != gelu) return NULL;
     *inv = cu->base.fp8_history <= 0 ? (float *)e->buf : NULL;
     return e->buf + CUDA_FP8_COLS_AT;
+}
+
+extern "C" bool cuda_input_kept(loom_backend *be, loom_tensor x, int site) {
+    loom_cuda *cu = cuda_of(be);
+    float *inv;
+    kept_cols *e = cols_of(cu->fp8_kept, x.data);
+    bool kept = be->fp8 && cuda_fp8_kept_cols(cu, site, x.data, loom_numel(&x), false, &inv);
+    if (e) e->promised = kept ? site : -1;
+    return kept;
+}
+
+void cuda_fp8_unpromised(const loom_cuda *cu, const void *x, int site, const char *what) {
+    const kept_cols *e = cols_of(cu->fp8_kept, x);
+    if (!e || e->promised < 0 || e->promised != site) return;
+    fprintf(stderr, "loom: cuda: the %s of layer %d would read its input, which was not kept (its FP8 copy "
+                    "was, and no FP8 product could be run from it)\n", what, site);
+    abort();
 }
 
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel) {

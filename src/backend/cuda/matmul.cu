@@ -361,6 +361,7 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
 // dout when dbias.data
 static void matmul_dw(loom_backend *be, const cuda_gemm *gw, bool done, loom_tensor dbias, loom_tensor dout) {
     if (done) return;
+    cuda_fp8_unpromised(cuda_of(be), gw->a, be->fp8_site, "weight-gradient product");
     must_product(cuda_of(be), gw, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
     if (dbias.data)
         cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), loom_cols(&dout),
