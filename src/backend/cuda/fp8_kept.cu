@@ -1,6 +1,7 @@
-// FP8 copies made ahead of the products that take them, under delayed scaling (the scales are
-// known before the tensors are: the slots' histories), with the bytes and the amax the products'
-// own casts would make:
+// FP8 copies made ahead of the products that take them, where a copy's scale is known before its
+// product runs (delayed scaling's slot histories; under the tensorwise recipe a weight's, and a
+// forward cast's for the backward), with the bytes and the amax the products' own casts would
+// make:
 // - a linear layer's input that a LayerNorm writes (backend.h's fp8_site_ln): the LayerNorm
 //   converts its output as it writes it, the rows copy (N,C) for the layer's forward product,
 //   which saves that cast's read of 2 bytes an element and its launch. The copy answers for a
@@ -20,10 +21,10 @@
 //   one cast of gelu(pre) writes it beside the fcproj product's rows (fp8.cu's
 //   cuda_fp8_mlp_forward). A copy answers for a tensor while that holds what the copy was made
 //   from, told by its address, size and layer; a new copy of the same tensor, or a LayerNorm op
-//   writing it, forgets the old one. Its buffer belongs to the tensor's address, so the copies take what the
-//   tensors they stand for take at 1 byte an element (gpt2 at B=16: 0.98 GiB; under --recompute
-//   full, whose blocks share one slot for each activation, one block's); a buffer no forward asked
-//   for during a step is freed at the next step's fp8_begin.
+//   writing it, forgets the old one. Its buffer belongs to the tensor's address, so the copies
+//   take what the tensors they stand for take at 1 byte an element (gpt2 at B=16: 0.98 GiB; under
+//   --recompute full, whose blocks share one slot for each activation, one block's); a buffer no
+//   forward asked for during a step is freed at the next step's fp8_begin.
 #include "backend/cuda/cuda_ops.h"
 
 #include <string.h>
