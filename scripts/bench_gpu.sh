@@ -11,13 +11,14 @@
 # outputs go to $OUT (or /tmp). A config may name loom's precision (bf16 by default, or fp8: the
 # blocks' matmuls in FP8), its FP8 recipe (tensorwise by default, or delayed) and options, a comma
 # list of `graphs` for loom's --cuda-graphs (the whole step replayed as one CUDA graph; launched
-# op by op by default) and `autotune` for --gemm-autotune (matmul algorithms chosen by timing);
+# op by op by default), `autotune` for --gemm-autotune (matmul algorithms chosen by timing) and
+# `logitsROWS` (e.g. logits8192) for --logits-chunk ROWS (the output layer's rows at a time);
 # the peer runs in bf16, once per model and batch, in torch.compile's modes without CUDA graphs.
 # PEER_TIMEOUT (seconds, default none) bounds each peer mode's run, compile included: a mode cut
 # off is left out (its stderr says so) and the table names the mode whose figure it shows, so a
 # slow max-autotune compile no longer costs the whole table.
 #   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE[:OPTIONS]]]] ...]   (RECOMPUTE: none, gelu, full;
-#   OPTIONS: graphs, autotune or graphs,autotune)
+#   OPTIONS: a comma list of graphs, autotune, logitsROWS)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${OUT:-/tmp}
@@ -32,7 +33,8 @@ for c in "${CONFIGS[@]}"; do
         case $o in
         graphs) opts+=(--cuda-graphs) ;;
         autotune) opts+=(--gemm-autotune) ;;
-        *) echo "bench_gpu.sh: '$o' in $c is not 'graphs' or 'autotune'" >&2; exit 2 ;;
+        logits[0-9]*) opts+=(--logits-chunk "${o#logits}") ;;
+        *) echo "bench_gpu.sh: '$o' in $c is not 'graphs', 'autotune' or 'logitsROWS'" >&2; exit 2 ;;
         esac
     done
     # shellcheck disable=SC2046
@@ -74,6 +76,7 @@ for c in configs:
         ttok, tmode, tmfu, tpeak = t["tokens_per_s"], t["compile"], f"{100 * t['mfu']:.1f}%", f"{t['peak_mem_gib']:.2f}"
     except (OSError, IndexError, ValueError, KeyError):
         ttok, tmode, tmfu, tpeak = float("nan"), "-", "-", "-"
-    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
+    logits = [o[len("logits"):] for o in g.split(",") if o.startswith("logits")]
+    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''}{', logits chunk ' + logits[0] if logits else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
 PY
 exit $failed

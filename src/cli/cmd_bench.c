@@ -126,6 +126,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"recompute", FLAG_STR, &recompute, CLI_RECOMPUTE_HELP},
         {"cuda-graphs", FLAG_BOOL, &c.cuda_graphs, "replay each step as one recorded CUDA graph (one rank; bwd ms then includes the optimizer)"},
         {"gemm-autotune", FLAG_BOOL, &c.gemm_autotune, CLI_GEMM_AUTOTUNE_HELP},
+        {"logits-chunk", FLAG_INT, &c.logits_chunk, CLI_LOGITS_CHUNK_HELP, CLI_LOGITS_CHUNK_RANGE},
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},

@@ -133,6 +133,7 @@ loom_status cli_metrics_config(cli_metrics *m, const train_options *o, const loo
     if (t->be->fp8) cJSON_AddStringToObject(cfg, "fp8_recipe", t->be->fp8_history ? "delayed" : "tensorwise");
     if (t->be->fp8_history) loom_json_add_number(cfg, "fp8_history", t->be->fp8_history);
     if (t->be->gemm_autotune) cJSON_AddBoolToObject(cfg, "gemm_autotune", true); // rounding may differ by run
+    loom_json_add_number(cfg, "logits_chunk", t->model->logits_chunk); // the output weight's gradient sums by chunk
     loom_json_add_number(cfg, "threads", omp_get_max_threads());
     const char *okeys[] = {"steps", "lr", "min_lr", "warmup"};
     double ovals[] = {(double)o->steps, as_printed(o->run.lr.max_lr), as_printed(o->run.lr.min_lr), o->warmup};

@@ -160,6 +160,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"recompute", FLAG_STR, &o->recompute, CLI_RECOMPUTE_HELP},
         {"cuda-graphs", FLAG_BOOL, &r->cuda_graphs, "replay each step (zeroed gradients, every micro-batch's forward and backward, the norm, clipping, AdamW) as one recorded CUDA graph (one GPU, one rank): fewer kernel launches, no host round trip inside the step"},
         {"gemm-autotune", FLAG_BOOL, &r->gemm_autotune, CLI_GEMM_AUTOTUNE_HELP},
+        {"logits-chunk", FLAG_INT, &r->logits_chunk, CLI_LOGITS_CHUNK_HELP, CLI_LOGITS_CHUNK_RANGE},
         {"offload", FLAG_STR, &o->offload, "what lives in host memory (comma list): optimizer (AdamW state, stepped on the CPU cores: ZeRO-Offload), params (ZeRO 3's parameter shard; with --zero 3 and optimizer), activations (each block's saved activations)"},
         {"tp", FLAG_INT, &r->tp, "tensor-parallel ranks: heads, MLP columns and vocabulary split over them (Megatron-LM)", 1, 1024},
         {"sp", FLAG_BOOL, &r->sp, "sequence parallelism: LayerNorm and residual rows split over the --tp ranks too"},

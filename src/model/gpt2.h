@@ -113,7 +113,8 @@ typedef struct {
     bool training;           // activations kept for backward, gradients allocated
     void *acts_mem, *grad_acts_mem;
     int *slot_B, *slot_T;    // (slots) the micro-batch each slot holds
-    int logits_chunk;        // rows of the output layer per chunk
+    int logits_chunk;        // rows of the output layer per chunk: its logits buffer's (set before loom_gpt2_alloc;
+                             // default: the backend's chunk_bytes of logits, at least 64)
     loom_hooks hooks;        // model/hooks.h
     loom_tp_points tp;       // model/hooks.h; all NULL on one device
     loom_cp_points cp;       // model/hooks.h; parts 0 without context parallelism (set before loom_gpt2_alloc)

@@ -121,6 +121,7 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     LOOM_TRY(loom_gpt2_create_layout(&t->model, t->be, cfg, &layout));
     loom_gpt2 *m = t->model;
     m->recompute = c->recompute;
+    if (c->logits_chunk > 0) m->logits_chunk = c->logits_chunk;
     m->offload_activations = c->offload_activations;
     m->slots = t->schedule ? t->schedule->promised[t->pp_rank] : 1;
     m->split_backward = loom_train_splits_backward(t->schedule, t->pp_rank);

@@ -57,6 +57,7 @@ typedef struct {
     bool offload_activations; // the blocks' saved activations in host memory (model/gpt2.h)
     bool cuda_graphs;        // each step replayed as one recorded CUDA graph (one rank; train/step_graph.c)
     bool gemm_autotune;      // matmul algorithms by measurement (backend.h's gemm_autotune; a GPU)
+    int logits_chunk;        // rows of the output layer at a time (model/gpt2.h; 0: the backend's chunk_bytes)
     loom_adamw_config adamw;
     loom_lr_schedule lr;
     uint64_t seed;           // initialisation, shuffling, sampling, stochastic rounding

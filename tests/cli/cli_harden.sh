@@ -61,6 +61,7 @@ ranges)
   expect_error "--threads must be in [0, 1024], got 100000" train --threads 100000
   expect_error "--global-batch must be in [0, 1048576], got 2147483646" train --global-batch 2147483646
   expect_error "--sample-tokens must be in [1, 1048576], got 2147483647" train --sample-tokens 2147483647
+  expect_error "--logits-chunk must be in [0, 16777216], got -1" "$LOOM" bench --logits-chunk -1
   for f in layers max-seq; do expect_error "--$f must be in [0, " train --$f -1; done
   expect_error "--steps must be in [1, 1000000000000], got 0" train --steps 0
   expect_error "--lr must be > 0, got 0" train --lr 0

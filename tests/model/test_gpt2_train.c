@@ -1,7 +1,7 @@
 // Training pieces on fresh random inputs: GPT-2 initialisation statistics and thread-count
 // independence, gradient accumulation (2 micro-batches of B at scale 1/2 == one batch of 2B),
-// activation recomputation (bit-identical gradients, less memory),
-// the learning-rate schedules, and clipping.
+// activation recomputation (bit-identical gradients, less memory), the output layer by chunks of
+// rows, the learning-rate schedules, and clipping.
 #include "harness.h"
 
 #include "backend/backend.h"
@@ -134,6 +134,38 @@ static void test_recompute(loom_backend *be, uint64_t seed) {
     loom_gpt2_free(m);
 }
 
+// The output layer by chunks of rows (logits_chunk: 7 chunks of at most 8 of the 51 rows,
+// against the one chunk the CPU's 32 MiB holds here): the same loss and gradients, the chunks'
+// sums of the output weight's gradient added in order (to 1e-5), with a logits buffer of 8 rows.
+static void test_logits_chunk(loom_backend *be, uint64_t seed) {
+    int B = 3, T = 17;
+    int32_t x[3 * 17], y[3 * 17];
+    loom_gpt2 *m = tiny_model(be, seed, x, y, B * T);
+    size_t bytes = (size_t)m->num_elements * sizeof(float);
+    float *grads[2] = {malloc(bytes), malloc(bytes)};
+    size_t mem[2];
+    double loss[2];
+    int chunk = m->logits_chunk;
+    T_ASSERT(chunk >= B * T, "the default chunk holds the %d rows: %d", B * T, chunk);
+    for (int i = 0; i < 2; i++) {
+        m->logits_chunk = i ? 8 : chunk;
+        T_ASSERT(loom_gpt2_alloc(m, B, T, true) == LOOM_OK, "alloc");
+        mem[i] = loom_gpt2_memory_bytes(m, NULL);
+        loom_gpt2_zero_grads(m);
+        loss[i] = loom_gpt2_forward_backward(m, x, y, B, T, 1.0f);
+        loom_gpt2_get_grads(m, grads[i]);
+    }
+    T_ASSERT(fabs(loss[1] - loss[0]) <= 1e-6 * loss[0], "loss by chunks of 8 rows %.9g, in one %.9g", loss[1], loss[0]);
+    double e = t_max_rel_err(grads[1], grads[0], (size_t)m->num_elements);
+    T_ASSERT(e < 1e-5, "gradients by chunks of 8 rows against one chunk: %g", e);
+    size_t saved = (size_t)(B * T - 8) * m->cfg.padded_vocab_size * loom_dtype_size(be->dtype);
+    T_ASSERT(mem[0] - mem[1] >= saved, "memory %zu -> %zu bytes, the logits of %d rows fewer: %zu", mem[0], mem[1],
+             B * T - 8, saved);
+    free(grads[0]);
+    free(grads[1]);
+    loom_gpt2_free(m);
+}
+
 // Offloaded activations (7 blocks, 3 resident): gradients bit-identical to keeping every block's,
 // with and without full recomputation and over two micro-batches of different sizes; the
 // backend holds 3 blocks' saved tensors and host memory the 7.
@@ -206,6 +238,7 @@ int main(void) {
     test_accumulation(be, seed);
     test_recompute(be, seed);
     test_offload_activations(be, seed);
+    test_logits_chunk(be, seed);
     test_schedule();
     test_clip();
     loom_backend_destroy(be);
