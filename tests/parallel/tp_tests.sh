@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `loom train --tp` on the CPU under mpirun: tp_tests.sh CASE LOOM COMPARE FIXTURES
 #   parity:  tp 2, tp 4 and tp 2 x dp 2 (with --sp, ZeRO 1 and 2; tp 2 --sp with the LayerNorm
-#            outputs recomputed and gathered again in the backward), 10 steps with gradient
+#            outputs recomputed and gathered again in the backward; tp 2 with the vocabulary-parallel
+#            output layer in chunks of 8 rows, against the reference's one chunk), 10 steps with gradient
 #            accumulation from the fixture model: the loss at every step within 1e-5 relative of
 #            the one-process run with the same global batch, and the final weights (the model
 #            file gathered from the shards) within 1e-5 relative (whole model)
@@ -19,7 +20,7 @@ parity)
   # global batch 8 = dp x accumulation x micro-batch 2
   train --batch 2 --global-batch 8 --steps 10 --ckpt-dir ref --metrics ref.jsonl >/dev/null || fail "one-process run"
   for layout in "2 --tp 2" "2 --tp 2 --sp" "4 --tp 4 --sp" "4 --tp 2 --sp --zero 1" "4 --tp 2 --zero 2" \
-    "2 --tp 2 --sp --recompute selective"; do
+    "2 --tp 2 --sp --recompute selective" "2 --tp 2 --logits-chunk 8"; do
     read -r np flags <<<"$layout"
     name=$(echo "$np$flags" | tr -d ' -')
     # shellcheck disable=SC2086
