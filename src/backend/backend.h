@@ -129,6 +129,12 @@ struct loom_backend {
     // also writes its output's FP8 copy, which that layer's forward product then takes in place
     // of its cast: the same bytes and amax, one pass fewer (backend/cuda/fp8_kept.cu).
     int fp8_site_ln;
+    // With fp8_site_ln: nothing but that layer's products reads the LayerNorm output before it is
+    // written again (the model's --recompute selective without tensor parallelism: the backward
+    // writes it again where it reads it). Where the CUDA backend's LayerNorm writes the FP8 copy,
+    // it then leaves the bf16 output unwritten (2 bytes an element not stored); a product that
+    // would read it after all (one that does not take the copy) stops with a line naming it.
+    bool fp8_ln_copy_only;
     // Matmul algorithms by measurement (the CUDA backend; the CPU has one sgemm): the first product
     // of each shape times cuBLASLt's first 8 candidates on its own operands and keeps the fastest
     // for the rest of the run (backend/cuda/matmul.cu), instead of the heuristic's first. The choice

@@ -132,10 +132,18 @@ static void mlp_weights(const loom_gpt2 *m, int l, loom_tensor *fcw, loom_tensor
 }
 
 // Names block l's linear layer k as the one whose input the next LayerNorm op writes (backend.h's
-// fp8_site_ln: under FP8 delayed scaling the LayerNorm may write that input's FP8 copy too).
-static void layernorm_feeds(const loom_gpt2 *m, int l, int k) { m->be->fp8_site_ln = site_of(m, l, k); }
+// fp8_site_ln: under FP8 delayed scaling the LayerNorm may write that input's FP8 copy too), and
+// whether that layer's products are all that read the output in bf16 (fp8_ln_copy_only: the
+// LayerNorm outputs recomputed where the backward reads them, no tensor-parallel gather).
+static void layernorm_feeds(const loom_gpt2 *m, int l, int k) {
+    m->be->fp8_site_ln = site_of(m, l, k);
+    m->be->fp8_ln_copy_only = gpt2_norms_recomputed(m) && !m->tp.gather;
+}
 
-static void no_site(const loom_gpt2 *m) { m->be->fp8_site = m->be->fp8_site_fc = m->be->fp8_site_ln = -1; }
+static void no_site(const loom_gpt2 *m) {
+    m->be->fp8_site = m->be->fp8_site_fc = m->be->fp8_site_ln = -1;
+    m->be->fp8_ln_copy_only = false;
+}
 
 void loom_gpt2_fp8_weights(loom_gpt2 *m) {
     loom_backend *be = m->be;

@@ -16,8 +16,8 @@
 // amaxes exact. The FP8 copies made ahead of their products (fp8_kept.cu: a LayerNorm's of its
 // output, test_layernorm_kept; a step's of its weights, test_weights_kept, under either recipe)
 // must give products bit-identical to the casts' with the tensor they stand for overwritten by
-// NaN, as must a layer's input kept transposed for its backward under the tensorwise recipe
-// (test_inputs_kept_tensorwise). Exit 77 (skipped) without a CUDA device.
+// NaN (or, with fp8_ln_copy_only, never written: test_layernorm_copy_only), as must a layer's
+// input kept transposed for its backward under the tensorwise recipe (test_inputs_kept_tensorwise). Exit 77 (skipped) without a CUDA device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2
@@ -604,6 +604,61 @@ static void test_layernorm_kept(int N, int C, int OC, bool fused) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
+#define LN_ONLY_SITE 23 // the layer after a LayerNorm that writes its FP8 copy alone (slots 69-71)
+
+// A LayerNorm with backend.h's fp8_ln_copy_only under delayed scaling: in the second step (the
+// layer's input slot has a history) it writes the output's FP8 copy and leaves the bf16 output
+// unwritten (NaN as uploaded before it), with mean and rstd bit-identical to a LayerNorm's
+// without a site (written first, aside), and the layer's forward product, dinp and dw
+// bit-identical to the same products from the output aside (cast). In the first step (no
+// history, no copy) the output is written as without a site.
+static void test_layernorm_copy_only(int N, int C, int OC) {
+    buf x = b_randn((size_t)N * C, 1, dt), lw = b_randn((size_t)C, 1, dt), lb = b_randn((size_t)C, 1, dt);
+    buf w = b_randn((size_t)OC * C, 0.2f, dt), dout = b_randn((size_t)N * OC, 1, dt);
+    buf ln = b_nans((size_t)N * C, dt), aside = b_nans((size_t)N * C, dt);
+    buf mean = b_nans((size_t)N, F32), rstd = b_nans((size_t)N, F32), mean_p = b_nans((size_t)N, F32),
+        rstd_p = b_nans((size_t)N, F32);
+    buf got[3] = {b_nans((size_t)N * OC, dt), b_nans((size_t)N * C, dt), b_from(w.h, w.n, dt)};
+    buf want[3] = {b_nans((size_t)N * OC, dt), b_nans((size_t)N * C, dt), b_from(w.h, w.n, dt)};
+    float *nan_h = loom_xmalloc(ln.n * 4);
+    for (size_t i = 0; i < ln.n; i++) nan_h[i] = NAN;
+    loom_tensor none = {0};
+    static const char *const names[3] = {"out", "dinp", "dw"};
+    #define PRODUCTS(set, in)                                                                                      \
+        (gpu->matmul_forward(gpu, DV(set[0], N, OC), DV(in, N, C), DV(w, OC, C), none), b_upload(set[2], w.h),       \
+         gpu->matmul_backward(gpu, DV(set[1], N, C), DV(set[2], OC, C), none, DV(dout, N, OC), DV(in, N, C),        \
+                              DV(w, OC, C)))
+    gpu->fp8_site = LN_ONLY_SITE;
+    for (int step = 0; step < 2; step++) {
+        gpu->fp8_begin(gpu);
+        gpu->layernorm_forward(gpu, DV(aside, N, C), DV(mean_p, N), DV(rstd_p, N), DV(x, N, C), DV(lw, C), DV(lb, C));
+        b_upload(ln, nan_h);
+        gpu->fp8_site_ln = LN_ONLY_SITE, gpu->fp8_ln_copy_only = true;
+        gpu->layernorm_forward(gpu, DV(ln, N, C), DV(mean, N), DV(rstd, N), DV(x, N, C), DV(lw, C), DV(lb, C));
+        gpu->fp8_site_ln = -1, gpu->fp8_ln_copy_only = false;
+        PRODUCTS(got, ln);
+        if (step == 1)
+            T_ASSERT(nan_count(ln) == ln.n, "fp8 layernorm copy only N=%d C=%d: %zu of %zu output values written", N, C,
+                     ln.n - nan_count(ln), ln.n);
+        else
+            T_ASSERT(same_bits(ln, aside), "fp8 layernorm copy only N=%d C=%d, first step: the output differs", N, C);
+        T_ASSERT(same_bits(mean, mean_p) && same_bits(rstd, rstd_p),
+                 "fp8 layernorm copy only N=%d C=%d step %d: mean or rstd differ from the LayerNorm's without a site", N,
+                 C, step);
+        PRODUCTS(want, aside);
+        for (int j = 0; j < 3; j++)
+            T_ASSERT(same_bits(got[j], want[j]), "fp8 layernorm copy only N=%d C=%d step %d: %s differs from the cast's",
+                     N, C, step, names[j]);
+        gpu->fp8_roll(gpu);
+    }
+    gpu->fp8_site = -1;
+    #undef PRODUCTS
+    free(nan_h);
+    buf *all[] = {&x, &lw, &lb, &w, &dout, &ln, &aside, &mean, &rstd, &mean_p, &rstd_p,
+                  &got[0], &got[1], &got[2], &want[0], &want[1], &want[2]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+}
+
 #define TW_SITE 20 // a layer's site under the tensorwise recipe (no slots)
 
 // Under the tensorwise recipe (fp8_history 0) a forward product keeps its input's transposed copy,
@@ -744,6 +799,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     test_layernorm_kept(48, 1600, 6400, true);  // gpt2-xl's fc after ln2
     test_layernorm_kept(80, 768, 768, true);    // a last block of the LayerNorm's transpose part-full
     test_layernorm_kept(48, 72, 192, false);    // C not a multiple of 16: no copy, bf16 products
+    test_layernorm_copy_only(256, 768, 2304);    // the copy alone written (--recompute selective)
     test_weights_kept(256, 768, 3072, true);     // gpt2's fc and fcproj weights
     test_weights_kept(256, 768, 3072, false);    // the same by their current amaxes
     test_inputs_kept_tensorwise(256, 768, 2304); // gpt2's qkv layer

@@ -284,6 +284,7 @@ typedef struct {
     uint8_t *rows, *cols;
     const float *scale;
     unsigned *record;
+    bool copy_only; // the bf16 output is not to be written (backend.h's fp8_ln_copy_only)
 } cuda_fp8_ln_out;
 // Called by every LayerNorm op about to write out (N,C): forgets the copy, then, under delayed
 // scaling with the input slot of the layer named by fp8_site_ln ready and `fits` (the LayerNorm
@@ -291,6 +292,9 @@ typedef struct {
 // until the next LayerNorm op). Rows NULL when none is to be made, also when the device has no
 // memory to spare for it.
 cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, int64_t C, bool fits);
+// Stops the program with a line naming `what` (a product) when x is the LayerNorm output that the
+// last LayerNorm op left unwritten, its FP8 copy alone written (fp8_ln_copy_only).
+void cuda_fp8_ln_unwritten(const loom_cuda *cu, const void *x, const char *what);
 // The rows copy of site's input x (numel elements, bf16) that its LayerNorm made; NULL when x is
 // not what the last LayerNorm op wrote with a copy for that site.
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel);

@@ -357,6 +357,7 @@ static const uint8_t *copy_b(loom_cuda *cu, const cuda_gemm *g, int site, cuda_f
     bool input = role == CUDA_FP8_INPUT && src.op == FP8_AS_IS && src.x == g->b && !g->transb;
     const uint8_t *kept = input ? cuda_fp8_kept_input(cu, site, g->b, g->n * g->k) : NULL;
     if (kept) return kept;
+    cuda_fp8_ln_unwritten(cu, src.x, "FP8 product's cast");
     float *inv = NULL;
     uint8_t *cols = input ? cuda_fp8_keep_cols(cu, site, g->b, g->n, g->k, false, &inv) : NULL;
     if (cols && !c->scale) c->inv = inv;

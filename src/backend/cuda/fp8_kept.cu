@@ -7,7 +7,9 @@
 //   which saves that cast's read of 2 bytes an element and its launch. The copy answers for a
 //   tensor only while the tensor holds what the LayerNorm wrote: it is told by the address and
 //   size written and the layer, and every LayerNorm op forgets it first. One buffer serves every
-//   layer: the product comes right after its LayerNorm.
+//   layer: the product comes right after its LayerNorm. With fp8_ln_copy_only the LayerNorm
+//   writes the copy alone, and a product that would read the bf16 output instead stops
+//   (cuda_fp8_ln_unwritten).
 // - a step's weights (backend.h's fp8_weights): both copies of every weight in one launch after
 //   the step's fp8_begin, kept until its roll, so the forward's and the backward's casts of each
 //   weight (one each a micro-batch) become one read a step, and 8 small launches a layer none.
@@ -49,6 +51,7 @@ struct cuda_fp8_kept {
     int site;       // the layer whose input it is
     const void *x;  // the bf16 tensor it is a copy of (NULL: none)
     int64_t numel;
+    bool unwritten; // x was left unwritten: the copy alone holds the output (fp8_ln_copy_only)
     // the step's weights
     int n;                    // weights
     int *sites;               // (n) their layers
@@ -111,8 +114,16 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
     uint8_t *cols = cuda_fp8_keep_cols(cu, site, out, N, C, false, NULL);
     if (!cuda_fp8_ready(cu, site, CUDA_FP8_INPUT)) return cuda_fp8_ln_out{};
     fp8_cast c = cuda_fp8_cast_at(cu, site, CUDA_FP8_INPUT, NULL);
-    k->site = site, k->x = out, k->numel = N * C;
-    return cuda_fp8_ln_out{k->rows, cols, c.scale, c.record};
+    k->site = site, k->x = out, k->numel = N * C, k->unwritten = cu->base.fp8_ln_copy_only;
+    return cuda_fp8_ln_out{k->rows, cols, c.scale, c.record, k->unwritten};
+}
+
+void cuda_fp8_ln_unwritten(const loom_cuda *cu, const void *x, const char *what) {
+    const cuda_fp8_kept *k = cu->fp8_kept;
+    if (!k || !x || k->x != x || !k->unwritten) return;
+    fprintf(stderr, "loom: cuda: the %s of layer %d would read the LayerNorm output, which was not written (its "
+                    "FP8 copy was, and no FP8 product could be run from it)\n", what, k->site);
+    abort();
 }
 
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv) {

@@ -100,7 +100,7 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
         vload<T, W>(bv, b + c);
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = (v[k] - m) * r * wv[k] + bv[k];
-        vstore<T, W>(out + row * C + c, v);
+        if (out) vstore<T, W>(out + row * C + c, v); // (NULL: the FP8 copy alone, in sink)
         sink(c, v);
     });
     if (lane == 0) {
@@ -120,7 +120,7 @@ __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x,
 
 // The same in bf16 vectors with the output's E4M3 copy rows8 (N,C) (cuda_fp8_ln_out): fp8(y s)
 // of each bf16 output y, as fp8.cu's casts convert it, s = *scale, and *record raised to the
-// largest |y|. 6 blocks an SM where the row is not held (40 registers; 44 unbounded would leave 5),
+// largest |y|; out NULL: the copy alone (backend.h's fp8_ln_copy_only). 6 blocks an SM where the row is not held (40 registers; 44 unbounded would leave 5),
 // 4 where it is (62). With COLS (a held row) the copy's transpose cols8 (C,N) as well, for the
 // layer's backward: a warp takes LN_COLS_ROWS / LN_ROWS_PER_BLOCK rows in turn, the block keeps
 // its LN_COLS_ROWS rows of the copy in shared memory (rows of C + 8 bytes: fewer bank conflicts),
@@ -316,7 +316,8 @@ static void layernorm_forward(loom_backend *be, loom_tensor res, loom_tensor out
                                                      : layernorm_fp8_kernel<NV, false, COLS>;
             unsigned grid = in_kernel ? (unsigned)((N + LN_COLS_ROWS - 1) / LN_COLS_ROWS) : blocks;
             cuda_launch(cu->stream, kernel, grid, 32 * LN_ROWS_PER_BLOCK, in_kernel ? LN_COLS_ROWS * (C + 8) : 0,
-                        (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data, (const bf16 *)a.data,
+                        f.copy_only ? NULL : (bf16 *)out.data, cuda_f32(mean), cuda_f32(rstd), (bf16 *)res.data,
+                        (const bf16 *)a.data,
                         (const bf16 *)b.data, (const bf16 *)w.data, (const bf16 *)bias.data, N, (int)C, f.rows,
                         in_kernel ? f.cols : NULL, f.scale, f.record);
         });

@@ -210,6 +210,7 @@ static cuda_gemm dense_gemm(const void *a, const void *b, void *d, int64_t m, in
 // layer's operands that A and B are
 static cublasStatus_t product(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role a, cuda_fp8_role b) {
     if (cu->base.fp8 && cuda_fp8_gemm_run(cu, g, a, b) == CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_SUCCESS;
+    cuda_fp8_ln_unwritten(cu, g->b, "bf16 product");
     return cuda_gemm_run(cu, g);
 }
 
