@@ -17,7 +17,8 @@
 // output, test_layernorm_kept; a step's of its weights, test_weights_kept, under either recipe)
 // must give products bit-identical to the casts' with the tensor they stand for overwritten by
 // NaN (or, with fp8_ln_copy_only, never written: test_layernorm_copy_only), as must a layer's
-// input kept transposed for its backward under the tensorwise recipe (test_inputs_kept_tensorwise). Exit 77 (skipped) without a CUDA device.
+// input kept transposed for its backward under the tensorwise recipe
+// (test_inputs_kept_tensorwise). Exit 77 (skipped) without a CUDA device.
 #include "cuda_test.h"
 
 #define FP8_TOL 1e-2

@@ -118,15 +118,15 @@ __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, T *x,
     if (row < N) layernorm_row<T, W, NV, RES>(out, mean, rstd, x, ra, rb, w, b, row, C, [](int, float *) {});
 }
 
-// The same in bf16 vectors with the output's E4M3 copy rows8 (N,C) (cuda_fp8_ln_out): fp8(y s)
-// of each bf16 output y, as fp8.cu's casts convert it, s = *scale, and *record raised to the
-// largest |y|; out NULL: the copy alone (backend.h's fp8_ln_copy_only). 6 blocks an SM where the row is not held (40 registers; 44 unbounded would leave 5),
-// 4 where it is (62). With COLS (a held row) the copy's transpose cols8 (C,N) as well, for the
-// layer's backward: a warp takes LN_COLS_ROWS / LN_ROWS_PER_BLOCK rows in turn, the block keeps
-// its LN_COLS_ROWS rows of the copy in shared memory (rows of C + 8 bytes: fewer bank conflicts),
-// then writes them transposed, 8x8 blocks as fp8.cu's transpose_kernel does, four threads to a
-// column's 32 bytes (whole sectors); against that kernel after this one, the copy is not read
-// back and there is one launch fewer.
+// The same in bf16 vectors with the output's E4M3 copy rows8 (N,C) (cuda_fp8_ln_out): fp8(y s) of
+// each bf16 output y, as fp8.cu's casts convert it, s = *scale, and *record raised to the largest
+// |y|; out NULL: the copy alone (backend.h's fp8_ln_copy_only). 6 blocks an SM where the row is not
+// held (40 registers; 44 unbounded would leave 5), 4 where it is (62). With COLS (a held row) the
+// copy's transpose cols8 (C,N) as well, for the layer's backward: a warp takes LN_COLS_ROWS /
+// LN_ROWS_PER_BLOCK rows in turn, the block keeps its LN_COLS_ROWS rows of the copy in shared
+// memory (rows of C + 8 bytes: fewer bank conflicts), then writes them transposed, 8x8 blocks as
+// fp8.cu's transpose_kernel does, four threads to a column's 32 bytes (whole sectors); against that
+// kernel after this one, the copy is not read back and there is one launch fewer.
 template <int NV, bool RES, bool COLS>
 __global__ void __launch_bounds__(32 * LN_ROWS_PER_BLOCK, NV > 0 ? 4 : 6)
     layernorm_fp8_kernel(bf16 *out, float *mean, float *rstd, bf16 *x, const bf16 *ra, const bf16 *rb, const bf16 *w,
