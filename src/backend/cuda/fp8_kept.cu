@@ -118,12 +118,17 @@ cuda_fp8_ln_out cuda_fp8_kept_begin(loom_cuda *cu, const void *out, int64_t N, i
     return cuda_fp8_ln_out{k->rows, cols, c.scale, c.record, k->unwritten};
 }
 
+// Stops the program: the `what` of layer `site` would read `tensor`, which was not `done` (only
+// its FP8 copy holds its values: fp8_ln_copy_only's output, or an input promised by input_kept)
+static void stop_copy_only(const char *what, int site, const char *tensor, const char *done) {
+    fprintf(stderr, "loom: cuda: the %s of layer %d would read %s, which was not %s (its FP8 copy was, and no FP8 "
+                    "product could be run from it)\n", what, site, tensor, done);
+    abort();
+}
+
 void cuda_fp8_ln_unwritten(const loom_cuda *cu, const void *x, const char *what) {
     const cuda_fp8_kept *k = cu->fp8_kept;
-    if (!k || !x || k->x != x || !k->unwritten) return;
-    fprintf(stderr, "loom: cuda: the %s of layer %d would read the LayerNorm output, which was not written (its "
-                    "FP8 copy was, and no FP8 product could be run from it)\n", what, k->site);
-    abort();
+    if (k && x && k->x == x && k->unwritten) stop_copy_only(what, k->site, "the LayerNorm output", "written");
 }
 
 uint8_t *cuda_fp8_keep_cols(loom_cuda *cu, int site, const void *x, int64_t N, int64_t C, bool gelu, float **inv) {
@@ -192,10 +197,7 @@ extern "C" bool cuda_input_kept(loom_backend *be, loom_tensor x, int site) {
 
 void cuda_fp8_unpromised(const loom_cuda *cu, const void *x, int site, const char *what) {
     const kept_cols *e = cols_of(cu->fp8_kept, x);
-    if (!e || e->promised < 0 || e->promised != site) return;
-    fprintf(stderr, "loom: cuda: the %s of layer %d would read its input, which was not kept (its FP8 copy "
-                    "was, and no FP8 product could be run from it)\n", what, site);
-    abort();
+    if (e && e->promised >= 0 && e->promised == site) stop_copy_only(what, site, "its input", "kept");
 }
 
 const uint8_t *cuda_fp8_kept_input(const loom_cuda *cu, int site, const void *x, int64_t numel) {
