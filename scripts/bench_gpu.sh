@@ -7,7 +7,8 @@
 # for ~2% of the step) and in fp8 (--recompute gelu, auto's choice there).
 # The peer runs with each torch.compile mode of PEER_MODES (default: default and
 # max-autotune-no-cudagraphs) and the faster one is kept. Prints tokens/s, MFU (6N + 6LTC FLOPs
-# per token against 989 TFLOP/s), peak memory and the loom/PyTorch ratio as a table; the raw
+# per token against 989 TFLOP/s), peak memory, the loom/PyTorch ratio and each one's mean power
+# over its timed steps (NVML: an H100 or H200 at full load sits at its 700 W limit) as a table; the raw
 # outputs go to $OUT (or /tmp). A config may name loom's precision (bf16 by default, or fp8: the
 # blocks' matmuls in FP8), its FP8 recipe (tensorwise by default, or delayed) and options, a comma
 # list of `graphs` for loom's --cuda-graphs (the whole step replayed as one CUDA graph; launched
@@ -16,7 +17,9 @@
 # the peer runs in bf16, once per model and batch, in torch.compile's modes without CUDA graphs.
 # PEER_TIMEOUT (seconds, default none) bounds each peer mode's run, compile included: a mode cut
 # off is left out (its stderr says so) and the table names the mode whose figure it shows, so a
-# slow max-autotune compile no longer costs the whole table.
+# slow max-autotune compile no longer costs the whole table. STEPS (default 40) sets the timed steps
+# of each run: the power figures need at least 1 s of them (NVML's energy counter moves every
+# ~100 ms).
 #   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE[:OPTIONS]]]] ...]   (RECOMPUTE: none, gelu, full;
 #   OPTIONS: a comma list of graphs, autotune, logitsROWS)
 set -u
@@ -38,7 +41,7 @@ for c in "${CONFIGS[@]}"; do
         esac
     done
     # shellcheck disable=SC2046
-    build-gpu/loom bench --model "$m" --batch "$b" --seq 1024 --steps 10 --warmup 3 --device cuda \
+    build-gpu/loom bench --model "$m" --batch "$b" --seq 1024 --steps "${STEPS:-40}" --warmup 3 --device cuda \
         --recompute "${r:-none}" --precision "${p:-bf16}" $([ -n "$f" ] && echo "--fp8-recipe $f") \
         "${opts[@]}" > "$OUTDIR/bench_loom_${m}_${b}_${r:-none}_${p:-bf16}${f:+_$f}${g:+_${g//,/_}}.txt" || failed=1
     peer="$OUTDIR/bench_torch_${m}_$b"
@@ -47,7 +50,7 @@ for c in "${CONFIGS[@]}"; do
     : > "$peer.all"
     for mode in ${PEER_MODES:-default max-autotune-no-cudagraphs}; do # the peer at its fastest: the faster mode
         PYTHONUNBUFFERED=1 timeout "${PEER_TIMEOUT:-0}" python3 bench/peer/gpt2_torch.py --model "$m" --batch "$b" \
-            --seq 1024 --steps 10 --compile-mode "$mode" >> "$peer.all" 2>> "$peer.err"
+            --seq 1024 --steps "${STEPS:-40}" --compile-mode "$mode" >> "$peer.all" 2>> "$peer.err"
         rc=$?
         [ $rc -eq 124 ] && echo "bench_gpu.sh: the peer's $mode mode ran past PEER_TIMEOUT=${PEER_TIMEOUT:-0} s: left out" | tee -a "$peer.err" >&2
         [ $rc -ne 0 ] && failed=1
@@ -59,8 +62,8 @@ done
 python3 - "$OUTDIR" "${CONFIGS[@]}" <<'PY'
 import json, sys
 out, configs = sys.argv[1], sys.argv[2:]
-print("| model | B | loom recompute | loom precision | loom step | loom tokens/s | loom MFU | loom peak GiB | PyTorch (bf16) tokens/s | PyTorch compile | PyTorch MFU | PyTorch peak GiB | loom / PyTorch |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| model | B | loom recompute | loom precision | loom step | loom tokens/s | loom MFU | loom peak GiB | PyTorch (bf16) tokens/s | PyTorch compile | PyTorch MFU | PyTorch peak GiB | loom / PyTorch | W loom / PyTorch |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for c in configs:
     m, b, r, p, recipe, g = (c.split(":") + ["", "", "", ""])[:6]
     r, p = r or "none", p or "bf16" # the defaults the loom runs above took
@@ -69,14 +72,16 @@ for c in configs:
         row = [l for l in open(name) if l.startswith("|") and "step ms" not in l][-1]
         f = [x.strip() for x in row.strip().strip("|").split("|")]
         ltok, lmfu, lpeak = float(f[4]), f[8], f[9].replace(" GiB", "")
+        lw = ([l.split()[1] for l in open(name) if l.startswith("power:") and l.split()[1].isdigit()] or ["-"])[-1]
     except (OSError, IndexError, ValueError):
-        ltok, lmfu, lpeak = float("nan"), "-", "-"
+        ltok, lmfu, lpeak, lw = float("nan"), "-", "-", "-"
     try:
         t = json.loads(open(f"{out}/bench_torch_{m}_{b}.json").read().strip().splitlines()[-1])
         ttok, tmode, tmfu, tpeak = t["tokens_per_s"], t["compile"], f"{100 * t['mfu']:.1f}%", f"{t['peak_mem_gib']:.2f}"
+        tw = f"{t['watts']:.0f}" if "watts" in t else "-"
     except (OSError, IndexError, ValueError, KeyError):
-        ttok, tmode, tmfu, tpeak = float("nan"), "-", "-", "-"
+        ttok, tmode, tmfu, tpeak, tw = float("nan"), "-", "-", "-", "-"
     logits = [o[len("logits"):] for o in g.split(",") if o.startswith("logits")]
-    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''}{', logits chunk ' + logits[0] if logits else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x |")
+    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''}{', logits chunk ' + logits[0] if logits else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x | {lw} / {tw} |")
 PY
 exit $failed

@@ -19,6 +19,7 @@ Prints one JSON line: tokens/s (all ranks), MFU (6N + 6LTC FLOPs per token again
 per GPU), median step time, peak memory per GPU.
 """
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -121,10 +122,35 @@ def tokens(a, rank, batch):
             torch.randint(0, V, (batch, a.seq), device="cuda", generator=g))
 
 
+class Power:
+    """This GPU's energy counter (J) and SM clock (MHz) through NVML by ctypes, as loom's
+    core/power.c reads them; read() gives None where NVML or the counter is missing."""
+
+    def __init__(self):
+        try:
+            self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            p = torch.cuda.get_device_properties(torch.cuda.current_device())
+            bus = f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0".encode()
+            self.dev = ctypes.c_void_p()
+            ok = self.nvml.nvmlInit_v2() == 0 and self.nvml.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(self.dev)) == 0
+        except (OSError, AttributeError):
+            ok = False
+        self.ok = ok and self.read() is not None
+
+    def read(self):
+        mj, mhz = ctypes.c_ulonglong(), ctypes.c_uint()
+        if (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.dev, ctypes.byref(mj)) != 0 or
+                self.nvml.nvmlDeviceGetClockInfo(self.dev, 1, ctypes.byref(mhz)) != 0):
+            return None
+        return mj.value / 1000.0, mhz.value
+
+
 def timed(a, step):
     """Median seconds of step() (which returns the loss) over a.steps after a.warmup,
-    synchronised around each, and the last loss."""
-    times, loss = [], None
+    synchronised around each, and the last loss; a.power: the GPU's mean watts and SM clock over
+    the timed steps where NVML can read them over at least 1 s (as loom bench takes them: the
+    energy counter moves every ~100 ms, so between the first and last step ends it had moved at)."""
+    times, loss, meter, mhz, moves, last = [], None, Power(), [], [], None
     for i in range(a.warmup + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -132,6 +158,16 @@ def timed(a, step):
         torch.cuda.synchronize()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
+        if i >= a.warmup - 1 and meter.ok:  # after the step's time: a read takes up to milliseconds
+            joules, clock = meter.read()
+            if last is not None and joules != last:
+                moves.append((time.perf_counter(), joules))
+            if i >= a.warmup:
+                mhz.append(clock)
+            last = joules
+    a.power = None
+    if len(moves) >= 2 and moves[-1][0] - moves[0][0] >= 1.0:
+        a.power = {"watts": (moves[-1][1] - moves[0][1]) / (moves[-1][0] - moves[0][0]), "sm_mhz": sum(mhz) / len(mhz)}
     return sorted(times)[len(times) // 2], loss
 
 
@@ -149,6 +185,9 @@ def report(a, rank, gpus, step_tokens, sharding, seconds, loss):
            "seq": a.seq, "step_ms": seconds * 1e3, "tokens_per_s": step_tokens / seconds,
            "mfu": flops / seconds / (PEAK * gpus), "peak_mem_gib": peak.item() / 2**30,
            "loss": loss}
+    if gpus == 1 and getattr(a, "power", None):
+        out.update(a.power, joules_per_step=a.power["watts"] * seconds,
+                   tokens_per_joule=step_tokens / (a.power["watts"] * seconds))
     if rank == 0:
         print(json.dumps(out), flush=True)
     if gpus > 1:

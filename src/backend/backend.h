@@ -151,6 +151,9 @@ struct loom_backend {
     // The stream every op of this backend runs on (a cudaStream_t on a GPU; NULL on the CPU), so
     // that other code (NCCL collectives, host staging) can order its work against the ops.
     void *stream;
+    // The GPU's PCI bus id ("0000:3B:00.0"), by which NVML finds it (core/power.h: power, energy,
+    // clock); NULL on the CPU.
+    const char *pci_bus_id;
 
     // ---- memory (device memory for a GPU backend) ----
     void *(*alloc)(loom_backend *be, size_t bytes); // zero-filled; NULL when out of memory

@@ -9,6 +9,7 @@
 #include "cli/flags.h"
 #include "cli/train_options.h"
 #include "core/log.h"
+#include "core/power.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "train/trainer.h"
@@ -66,8 +67,35 @@ static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *ta
     memcpy(targets, r->targets, r->n * sizeof(int32_t));
 }
 
-// Median seconds of the forward, the step's micro-batches (forward + backward) and its update.
-static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, double *fb, double *opt) {
+// What NVML saw over the timed steps (their separate forwards included), read at each step's end.
+// The energy counter moves in steps (every ~100 ms on an H200), so the mean power is taken between
+// the first and the last read at which it had moved: (e1 - e0) / (t1 - t0), within a step's time
+// at each end.
+typedef struct {
+    double e0, t0, e1, t1, last, mhz; // joules and seconds at the first and last moves; the last reading
+    int moves, reads, capped;         // reads after the first: their SM clocks summed, those at the power limit
+} power_use;
+
+static void power_note(loom_power **pw, power_use *u) {
+    loom_power_sample s;
+    if (!*pw) return;
+    if (loom_power_read(*pw, &s) != LOOM_OK) {
+        *pw = NULL, u->moves = 0; // no figure rather than a part of one
+        return;
+    }
+    double now = loom_now();
+    if (u->reads > 0 && s.energy_j != u->last) {
+        if (u->moves++ == 0) u->e0 = s.energy_j, u->t0 = now;
+        u->e1 = s.energy_j, u->t1 = now;
+    }
+    if (u->reads++ > 0) u->mhz += s.sm_mhz, u->capped += s.power_capped;
+    u->last = s.energy_j;
+}
+
+// Median seconds of the forward, the step's micro-batches (forward + backward) and its update;
+// with pw (not NULL), the GPU's power over the timed steps into *use
+static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, double *fb, double *opt, loom_power *pw,
+                       power_use *use) {
     loom_train_config *c = &t->cfg;
     double *tf = loom_xmalloc((size_t)steps * sizeof(double)), *tfb = loom_xmalloc((size_t)steps * sizeof(double));
     double *to = loom_xmalloc((size_t)steps * sizeof(double));
@@ -79,7 +107,9 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
     }
     t->timed = true;
     random_batch(&tokens, 0, t->inputs, t->targets);
+    *use = (power_use){0};
     for (int i = -warmup; i < steps; i++) {
+        if (i == 0) power_note(&pw, use);
         double t0 = loom_now();
         loom_gpt2_loss(t->model, t->inputs, t->targets, c->batch, c->seq);
         t->be->synchronize(t->be);
@@ -87,6 +117,7 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
         loom_step_result r;
         LOOM_CHECK(loom_train_step(t, random_batch, &tokens, &r) == LOOM_OK);
         if (i >= 0) tf[i] = t1 - t0, tfb[i] = t->time_fwd_bwd, to[i] = t->time_opt;
+        if (i >= 0) power_note(&pw, use);
     }
     *fwd = median(tf, steps), *fb = median(tfb, steps), *opt = median(to, steps);
     free(tokens.inputs);
@@ -170,8 +201,12 @@ int loom_cmd_bench(int argc, char **argv) {
     }
     loom_backend *be = t->be;
     if (peak_tflops == 0 && be->stream) peak_tflops = CLI_GPU_PEAK_TFLOPS;
+    loom_power *pw = NULL; // the GPU's energy meter, where NVML has one for it
+    if (be->pci_bus_id && loom_power_open(&pw, be->pci_bus_id) != LOOM_OK && report)
+        loom_info("power: not measured: %s\n", loom_error_message());
     double fwd, fb, op;
-    time_steps(t, warmup, steps, &fwd, &fb, &op);
+    power_use use;
+    time_steps(t, warmup, steps, &fwd, &fb, &op, pw, &use);
     size_t n = (size_t)c.global_batch * (size_t)c.seq; // tokens of a step, all ranks
     double step = fb + op, flops = loom_gpt2_flops_per_token(&c.model, c.seq) * (double)n / W; // per rank
     char params[32], peak[32];
@@ -195,6 +230,19 @@ int loom_cmd_bench(int argc, char **argv) {
               "         (one forward timed apart); step ms = fwd + bwd + opt\n%s",
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
     if (c.cuda_graphs) loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
+    double span = use.t1 - use.t0;
+    if (use.moves >= 2 && span >= 1.0) {
+        double watts = (use.e1 - use.e0) / span, limit = loom_power_limit_w(pw);
+        char lim[48] = "";
+        if (limit > 0) snprintf(lim, sizeof lim, " (limit %.0f W)", limit);
+        loom_info("power:   %.0f W%s on rank 0's GPU over %.1f s of the timed steps, SM clock %.0f MHz, at the power "
+                  "limit after %d of %d steps; %.2f J a step (W x step ms), %.0f tokens/J\n", watts, lim, span,
+                  use.mhz / steps, use.capped, steps, watts * step, (double)n / (watts * step));
+    } else if (pw) {
+        loom_info("power:   not measured: NVML's energy counter moved %d times in the timed steps, too few for a mean "
+                  "(it moves every ~100 ms; time at least 1 s of steps with --steps)\n", use.moves);
+    }
+    loom_power_close(pw);
     loom_train_memory mem;
     loom_trainer_memory(t, &mem);
     char planned[32], host_peak[32];

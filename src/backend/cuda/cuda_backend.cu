@@ -179,6 +179,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
     loom_cuda *cu = (loom_cuda *)loom_xcalloc(1, sizeof *cu);
     cu->device = device;
     CUDA_CHECK(cudaDeviceGetAttribute(&cu->sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetPCIBusId(cu->pci_bus_id, (int)sizeof cu->pci_bus_id, device));
     const char *debug = getenv("LOOM_CUDA_DEBUG");
     cu->debug = debug && strcmp(debug, "0") != 0;
     CUDA_CHECK(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking));
@@ -210,6 +211,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .host_peak_bytes = 0,
         .chunk_bytes = (size_t)256 << 20,
         .stream = cu->stream,
+        .pci_bus_id = cu->pci_bus_id,
         .alloc = cuda_alloc,
         .free = cuda_free,
         .upload = cuda_upload,

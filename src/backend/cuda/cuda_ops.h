@@ -68,6 +68,7 @@ typedef struct {
     loom_backend base;        // first member: a loom_backend * of this backend is a loom_cuda *
     int device;
     int sms;                  // multiprocessors (the persistent kernels' grid)
+    char pci_bus_id[32];      // base.pci_bus_id's text (cudaDeviceGetPCIBusId)
     cudaStream_t stream;      // every op and copy runs on it, in order
     cublasLtHandle_t lt;
     void *workspace;          // cuBLASLt workspace

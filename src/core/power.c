@@ -1,0 +1,102 @@
+// NVML opened with dlopen: the few entry points loom reads, declared as NVML's header declares
+// them (nvmlReturn_t an int, 0 for success; nvmlDevice_t a pointer).
+#include "core/power.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+
+typedef void *nvml_device;
+#define NVML_CLOCK_SM 1
+#define NVML_REASON_SW_POWER_CAP 0x4ULL
+#define NVML_REASON_HW_POWER_BRAKE 0x80ULL
+
+struct loom_power {
+    void *lib;
+    nvml_device dev;
+    double limit_w;
+    int (*shutdown)(void);
+    const char *(*error_string)(int);
+    int (*energy)(nvml_device, unsigned long long *);              // mJ
+    int (*clock)(nvml_device, int, unsigned *);                    // MHz
+    int (*reasons)(nvml_device, unsigned long long *);             // NULL where the library has neither name
+};
+
+static const char *nvml_error(const loom_power *p, int r) {
+    const char *s = p->error_string ? p->error_string(r) : NULL;
+    return s ? s : "unknown NVML error";
+}
+
+static void power_free(loom_power *p) {
+    if (p->shutdown) p->shutdown();
+    dlclose(p->lib);
+    free(p);
+}
+
+loom_status loom_power_open(loom_power **out, const char *pci_bus_id) {
+    *out = NULL;
+    const char *path = getenv("LOOM_NVML_LIBRARY");
+    path = path && *path ? path : "libnvidia-ml.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return loom_fail(LOOM_EUNSUPPORTED, "NVML comes with the NVIDIA driver; LOOM_NVML_LIBRARY names another file",
+                         "no NVML library: %s", dlerror());
+    loom_power *p = loom_xcalloc(1, sizeof *p);
+    p->lib = lib;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*by_bus)(const char *, nvml_device *) = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    int (*limit)(nvml_device, unsigned *) = (int (*)(nvml_device, unsigned *))dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit");
+    p->error_string = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
+    p->energy = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
+    p->clock = (int (*)(nvml_device, int, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
+    p->reasons = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!p->reasons) p->reasons = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    if (!init || !by_bus || !p->energy || !p->clock) {
+        power_free(p);
+        return loom_fail(LOOM_EUNSUPPORTED, "update the NVIDIA driver", "%s lacks NVML's energy or clock queries", path);
+    }
+    int r = init();
+    if (r != 0) {
+        loom_status st = loom_fail(LOOM_EUNSUPPORTED, "is the NVIDIA driver loaded?", "NVML's init failed: %s",
+                                   nvml_error(p, r));
+        power_free(p);
+        return st;
+    }
+    p->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
+    if ((r = by_bus(pci_bus_id, &p->dev)) != 0) {
+        loom_status s = loom_fail(LOOM_EUNSUPPORTED, "NVML sees the GPUs the driver knows, whatever CUDA_VISIBLE_DEVICES says",
+                                  "NVML finds no GPU at PCI bus id '%s': %s", pci_bus_id, nvml_error(p, r));
+        power_free(p);
+        return s;
+    }
+    unsigned mw = 0;
+    p->limit_w = limit && limit(p->dev, &mw) == 0 ? mw / 1000.0 : 0.0;
+    loom_power_sample s;
+    loom_status st = loom_power_read(p, &s);
+    if (st != LOOM_OK) {
+        power_free(p);
+        return st;
+    }
+    *out = p;
+    return LOOM_OK;
+}
+
+loom_status loom_power_read(loom_power *p, loom_power_sample *s) {
+    unsigned long long mj = 0, why = 0;
+    unsigned mhz = 0;
+    int r = p->energy(p->dev, &mj);
+    if (r == 0) r = p->clock(p->dev, NVML_CLOCK_SM, &mhz);
+    if (r != 0)
+        return loom_fail(LOOM_EUNSUPPORTED, "NVML's energy counter needs a Volta or later GPU",
+                         "NVML cannot read the GPU's energy or SM clock: %s", nvml_error(p, r));
+    if (p->reasons && p->reasons(p->dev, &why) != 0) why = 0;
+    s->energy_j = (double)mj / 1000.0;
+    s->sm_mhz = mhz;
+    s->power_capped = (why & (NVML_REASON_SW_POWER_CAP | NVML_REASON_HW_POWER_BRAKE)) != 0;
+    return LOOM_OK;
+}
+
+double loom_power_limit_w(const loom_power *p) { return p->limit_w; }
+
+void loom_power_close(loom_power *p) {
+    if (p) power_free(p);
+}

@@ -1,0 +1,29 @@
+// A GPU's power, energy and SM clock through NVML, the NVIDIA Management Library that the driver
+// installs (libnvidia-ml.so.1; LOOM_NVML_LIBRARY names another file). It is opened at run time, so
+// loom builds and runs where it is absent (the CPU, a container without the driver's libraries).
+// Why it matters: an H100 or H200 at full load sits at its power limit (700 W), and the driver
+// lowers the SM clock to stay there, so a step's time follows its energy as much as its kernels'
+// speed (bench/NOTES.md, fourteenth session). `loom bench` reports both.
+// Source: NVML API reference (nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetClockInfo,
+// nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetEnforcedPowerLimit).
+#pragma once
+#include "core/status.h"
+
+#include <stdbool.h>
+
+typedef struct loom_power loom_power;
+
+typedef struct {
+    double energy_j;   // the GPU's energy counter: joules since the driver loaded (differences count)
+    double sm_mhz;     // the SM clock now (MHz)
+    bool power_capped; // the clock is held down by the power limit now (NVML's reasons SW power cap
+                       // or HW power brake)
+} loom_power_sample;
+
+// Opens NVML for the GPU at PCI bus id `pci_bus_id` ("0000:3B:00.0", as cudaDeviceGetPCIBusId
+// writes it) and reads it once. Errors (LOOM_EUNSUPPORTED, one line saying which): no NVML
+// library, NVML's init failed, no GPU at that bus id, no energy counter (before Volta).
+loom_status loom_power_open(loom_power **out, const char *pci_bus_id);
+loom_status loom_power_read(loom_power *p, loom_power_sample *s); // LOOM_EUNSUPPORTED where a read fails
+double loom_power_limit_w(const loom_power *p); // the enforced power limit (W); 0 where NVML has none
+void loom_power_close(loom_power *p);           // NULL is fine
