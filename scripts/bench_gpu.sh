@@ -13,7 +13,8 @@
 # blocks' matmuls in FP8), its FP8 recipe (tensorwise by default, or delayed) and options, a comma
 # list of `graphs` for loom's --cuda-graphs (the whole step replayed as one CUDA graph; launched
 # op by op by default), `autotune` for --gemm-autotune (matmul algorithms chosen by timing) and
-# `logitsROWS` (e.g. logits8192) for --logits-chunk ROWS (the output layer's rows at a time);
+# `logitsROWS` (e.g. logits8192) for --logits-chunk ROWS (the output layer's rows at a time) and
+# `fastdgrad` for --fp8-fast-dgrad (fp8's input-gradient products with fast accumulation);
 # the peer runs in bf16, once per model and batch, in torch.compile's modes without CUDA graphs.
 # PEER_TIMEOUT (seconds, default none) bounds each peer mode's run, compile included: a mode cut
 # off is left out (its stderr says so) and the table names the mode whose figure it shows, so a
@@ -21,7 +22,7 @@
 # of each run: the power figures need at least 1 s of them (NVML's energy counter moves every
 # ~100 ms).
 #   bash scripts/bench_gpu.sh [MODEL:BATCH[:RECOMPUTE[:PRECISION[:RECIPE[:OPTIONS]]]] ...]   (RECOMPUTE: none, gelu, full;
-#   OPTIONS: a comma list of graphs, autotune, logitsROWS)
+#   OPTIONS: a comma list of graphs, autotune, logitsROWS, fastdgrad)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUTDIR=${OUT:-/tmp}
@@ -37,7 +38,8 @@ for c in "${CONFIGS[@]}"; do
         graphs) opts+=(--cuda-graphs) ;;
         autotune) opts+=(--gemm-autotune) ;;
         logits[0-9]*) opts+=(--logits-chunk "${o#logits}") ;;
-        *) echo "bench_gpu.sh: '$o' in $c is not 'graphs', 'autotune' or 'logitsROWS'" >&2; exit 2 ;;
+        fastdgrad) opts+=(--fp8-fast-dgrad) ;;
+        *) echo "bench_gpu.sh: '$o' in $c is not 'graphs', 'autotune', 'logitsROWS' or 'fastdgrad'" >&2; exit 2 ;;
         esac
     done
     # shellcheck disable=SC2046
@@ -82,6 +84,6 @@ for c in configs:
     except (OSError, IndexError, ValueError, KeyError):
         ttok, tmode, tmfu, tpeak, tw = float("nan"), "-", "-", "-", "-"
     logits = [o[len("logits"):] for o in g.split(",") if o.startswith("logits")]
-    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''}{', logits chunk ' + logits[0] if logits else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x | {lw} / {tw} |")
+    print(f"| {m} | {b} | {r} | {p}{' ' + recipe if recipe else ''} | {'CUDA graph' if 'graphs' in g else 'launches'}{', autotuned' if 'autotune' in g else ''}{', logits chunk ' + logits[0] if logits else ''}{', fast dgrad' if 'fastdgrad' in g else ''} | {ltok:.0f} | {lmfu} | {lpeak} | {ttok:.0f} | {tmode} | {tmfu} | {tpeak} | {ltok / ttok:.2f}x | {lw} / {tw} |")
 PY
 exit $failed

@@ -118,6 +118,12 @@ struct loom_backend {
     // the layer named by fp8_site (below). Until a slot was seen before a roll, its casts scale
     // by their current amax as above (and record it). 0: every cast by its current amax.
     int fp8_history;
+    // FP8 input-gradient products (dinp) with cuBLASLt's fast accumulation, as the forward's, where
+    // they are otherwise promoted (torchao's Float8LinearConfig with gemm_config_grad_input's
+    // use_fast_accum; Transformer Engine's split accumulator off for dgrad); the weight-gradient
+    // products stay promoted. Under delayed scaling the MLP's fcproj product then writes the fc
+    // layer's output-gradient copies itself (backend/cuda/gemm_fp8.cu).
+    bool fp8_fast_dgrad;
     // The linear layer whose slots the matmul ops use until it is set again (with fp8_history):
     // an index >= 0 the caller keeps for that layer (the model: its weight's parameter index),
     // the same for its forward and its backward; -1 (the default): none, the current amaxes.

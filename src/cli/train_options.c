@@ -156,6 +156,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"precision", FLAG_STR, &r->precision, CLI_PRECISION_HELP},
         {"fp8-recipe", FLAG_STR, &r->fp8_recipe, CLI_FP8_RECIPE_HELP},
         {"fp8-history", FLAG_INT, &r->fp8_history, CLI_FP8_HISTORY_HELP, CLI_FP8_HISTORY_RANGE},
+        {"fp8-fast-dgrad", FLAG_BOOL, &r->fp8_fast_dgrad, CLI_FP8_FAST_DGRAD_HELP},
         {"threads", FLAG_INT, &r->threads, "CPU threads per rank (0: the cores shared among this host's ranks)", CLI_THREADS_RANGE},
         {"recompute", FLAG_STR, &o->recompute, CLI_RECOMPUTE_HELP},
         {"cuda-graphs", FLAG_BOOL, &r->cuda_graphs, "replay each step (zeroed gradients, every micro-batch's forward and backward, the norm, clipping, AdamW) as one recorded CUDA graph (one GPU, one rank): fewer kernel launches, no host round trip inside the step"},

@@ -16,9 +16,9 @@ struct loom_power {
     double limit_w;
     int (*shutdown)(void);
     const char *(*error_string)(int);
-    int (*energy)(nvml_device, unsigned long long *);              // mJ
-    int (*clock)(nvml_device, int, unsigned *);                    // MHz
-    int (*reasons)(nvml_device, unsigned long long *);             // NULL where the library has neither name
+    int (*energy)(nvml_device, unsigned long long *); // mJ
+    int (*clock)(nvml_device, int, unsigned *);       // MHz
+    int (*reasons)(nvml_device, unsigned long long *); // NULL where the library has neither name
 };
 
 static const char *nvml_error(const loom_power *p, int r) {
@@ -42,17 +42,21 @@ loom_status loom_power_open(loom_power **out, const char *pci_bus_id) {
                          "no NVML library: %s", dlerror());
     loom_power *p = loom_xcalloc(1, sizeof *p);
     p->lib = lib;
+    typedef int (*reasons_fn)(nvml_device, unsigned long long *);
     int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-    int (*by_bus)(const char *, nvml_device *) = (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
-    int (*limit)(nvml_device, unsigned *) = (int (*)(nvml_device, unsigned *))dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit");
+    int (*by_bus)(const char *, nvml_device *) =
+        (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    int (*limit)(nvml_device, unsigned *) =
+        (int (*)(nvml_device, unsigned *))dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit");
     p->error_string = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
     p->energy = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
     p->clock = (int (*)(nvml_device, int, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
-    p->reasons = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
-    if (!p->reasons) p->reasons = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    p->reasons = (reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons"); // the older name below
+    if (!p->reasons) p->reasons = (reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
     if (!init || !by_bus || !p->energy || !p->clock) {
         power_free(p);
-        return loom_fail(LOOM_EUNSUPPORTED, "update the NVIDIA driver", "%s lacks NVML's energy or clock queries", path);
+        return loom_fail(LOOM_EUNSUPPORTED, "update the NVIDIA driver", "%s lacks NVML's energy or clock queries",
+                         path);
     }
     int r = init();
     if (r != 0) {
@@ -63,7 +67,8 @@ loom_status loom_power_open(loom_power **out, const char *pci_bus_id) {
     }
     p->shutdown = (int (*)(void))dlsym(lib, "nvmlShutdown");
     if ((r = by_bus(pci_bus_id, &p->dev)) != 0) {
-        loom_status s = loom_fail(LOOM_EUNSUPPORTED, "NVML sees the GPUs the driver knows, whatever CUDA_VISIBLE_DEVICES says",
+        loom_status s = loom_fail(LOOM_EUNSUPPORTED,
+                                  "NVML sees the GPUs the driver knows, whatever CUDA_VISIBLE_DEVICES says",
                                   "NVML finds no GPU at PCI bus id '%s': %s", pci_bus_id, nvml_error(p, r));
         power_free(p);
         return s;

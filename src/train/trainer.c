@@ -270,6 +270,9 @@ static loom_status check_fp8(const loom_train_config *c) {
         return loom_fail(LOOM_EINVAL, "add --fp8-recipe delayed, or drop --fp8-history",
                          "--fp8-history %d is the delayed recipe's, and this run scales by %s", c->fp8_history,
                          fp8 ? "the current amax (tensorwise)" : "no FP8 (--precision is not fp8)");
+    if (c->fp8_fast_dgrad && !fp8)
+        return loom_fail(LOOM_EINVAL, "add --precision fp8, or drop --fp8-fast-dgrad",
+                         "--fp8-fast-dgrad sets how FP8 products accumulate, and --precision %s makes none", c->precision);
     if (!fp8 || (c->tp == 1 && c->cp == 1)) return LOOM_OK;
     return loom_fail(LOOM_EUNSUPPORTED, "use --precision bf16 with --tp or --cp; fp8 runs with data and pipeline parallelism",
                      "--precision fp8 scales each tensor by its own amax, which --tp %d --cp %d would split into shards",
@@ -289,6 +292,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     AGREE(check_fp8(c));
     AGREE(loom_backend_open(&t->be, c->device, c->precision, loom_comm_local_rank(t->world)));
     if (fp8_delayed(c)) t->be->fp8_history = c->fp8_history ? c->fp8_history : LOOM_FP8_HISTORY;
+    t->be->fp8_fast_dgrad = c->fp8_fast_dgrad;
     AGREE(check_cuda_graphs(t));
     AGREE(check_gemm_autotune(t));
     t->be->gemm_autotune = c->gemm_autotune;

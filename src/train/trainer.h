@@ -64,6 +64,7 @@ typedef struct {
     const char *device, *precision; // loom_backend_open's names
     const char *fp8_recipe;  // with precision fp8: "tensorwise" (NULL) or "delayed" (backend.h's fp8_history)
     int fp8_history;         // the delayed recipe's amax history, steps (0: LOOM_FP8_HISTORY)
+    bool fp8_fast_dgrad;     // FP8 input-gradient products with fast accumulation (backend.h's fp8_fast_dgrad)
     const char *device_comm; // "nccl" or "mpi" (staged through the host) for GPU buffers
     int threads;             // CPU threads (0: the host's cores shared among its ranks)
     const char *resume;      // a checkpoint folder to continue from (its newest step), or NULL

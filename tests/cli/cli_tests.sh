@@ -94,6 +94,8 @@ bad_input)
   expect_error "--fp8-history 8 is the delayed recipe's" train --precision fp8 --fp8-history 8
   expect_error "--fp8-history" train --precision fp8 --fp8-recipe delayed --fp8-history 2000
   expect_error "unknown --fp8-recipe 'x'" "$LOOM" bench --model gpt2-mini --precision fp8 --fp8-recipe x
+  expect_error "--fp8-fast-dgrad sets how FP8 products accumulate, and --precision bf16 makes none" train --precision bf16 --fp8-fast-dgrad
+  expect_error "--fp8-fast-dgrad sets how FP8 products accumulate, and --precision fp32 makes none" "$LOOM" bench --model gpt2-mini --precision fp32 --fp8-fast-dgrad
   expect_error "--global-batch 3 is not a multiple of 2" "$LOOM" bench --model gpt2-mini --batch 2 --global-batch 3
   # a failing run must not touch an existing checkpoint folder
   train --ckpt-dir keep --steps 2 >/dev/null || fail "setup run"

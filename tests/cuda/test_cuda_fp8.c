@@ -3,7 +3,8 @@
 // round-to-nearest-even of x s in E4M3 (inputs, weights) or E5M2 (output gradients), saturated;
 // products scaled back by 1/s. Every matmul op is covered: forward with and without bias, the GELU
 // form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias += (dbias
-// from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp) and its
+// from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp; with
+// fp8_fast_dgrad under delayed scaling, in the fcproj product's epilogue, gemm_fp8.cu) and its
 // forward with the GELU's output cast from pre (test_mlp_forward), whose transpose the backward
 // takes (test_mlp_kept). A product must match the rounded
 // reference within 1e-2, norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice,
@@ -256,6 +257,10 @@ static void test_delayed(int N, int C, int OC) {
 }
 
 #define MLP_SITE 7 // the fc layer's site (slots 21-23), the fcproj layer's next (24-26)
+#define MLP_FAST_SITE 40 // with fp8_fast_dgrad (slots 120-125, the next call's 126-131)
+
+// x into b's device buffer (bf16: exact for values already in bf16)
+static void b_upload(buf b, const float *x) { upload_as(b.d, x, b.n, b.dt); }
 
 static float *colsums(const float *x, int N, int C, const float *init) {
     float *y = copy_of(init, (size_t)C);
@@ -281,7 +286,12 @@ static float *colsums(const float *x, int N, int C, const float *init) {
 // the unrounded one: most seeds stay under 1e-2, but on an H200 LOOM_TEST_SEED=280641390691 gave
 // dfcw 0.0126 at N=128 C=1600 (0.086 from the unrounded ops; the same before 40537cd), and
 // another seed dinp 0.0109 and dfcw 0.021 at N=256 C=768 (0.085-0.093).
-static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites) {
+// With fast (the backend's fp8_fast_dgrad; with sites, dims multiples of 128): raw is the plain
+// product with fast accumulation, and mlp_backward runs twice on the same inputs (the gradients
+// put back between), so that the second step's scales, from the first step's amaxes, are the
+// current amaxes again: there the fcproj product writes the fc layer's copies itself
+// (gemm_fp8.cu), and dfch must stay unwritten (NaN), which says that it did; the same checks hold.
+static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites, bool fast) {
     shape s = {N, 1, C, 1};
     buf inp = b_randn((size_t)N * C, 1, dt), fcw = b_randn((size_t)OC * C, 0.2f, dt), pre = b_randn((size_t)N * OC, 1, dt);
     buf projw = b_randn((size_t)C * OC, 0.2f, dt), dout = b_randn((size_t)N * C, 1, dt), dinp = b_nans((size_t)N * C, dt);
@@ -290,11 +300,17 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
     float *g = loom_xmalloc(pre.n * 4);
     cpu->gelu_forward(cpu, LOOM_VIEW(g, F32, N, OC), HV(pre, N, OC));
     buf act = act_kept ? b_from(g, pre.n, dt) : b_nans(pre.n, dt);
+    float *nan_h = loom_xmalloc(pre.n * 4);
+    for (size_t i = 0; i < pre.n; i++) nan_h[i] = NAN;
+    // the gradients' values before the step (the plain reference below overwrites the host buffers)
+    float *init[4] = {copy_of(dfcw.h, dfcw.n), copy_of(dfcb.h, dfcb.n), copy_of(dprojw.h, dprojw.n),
+                      copy_of(dprojb.h, dprojb.n)};
     // the rounded reference
     float *dq = fp8_view(dout.h, dout.n, E5M2), *pq = fp8_view(projw.h, projw.n, E4M3), *aq = fp8_view(g, pre.n, E4M3);
     float *raw = loom_xmalloc(pre.n * 4), *dpre = loom_xmalloc(pre.n * 4), *want_dinp = loom_xmalloc(dinp.n * 4);
     float *want_dfcw = copy_of(dfcw.h, dfcw.n), *want_dprojw = copy_of(dprojw.h, dprojw.n);
     loom_tensor none = {0};
+    gpu->fp8_fast_dgrad = fast;
     gpu->matmul_backward(gpu, DV(dfch, N, OC), none, none, DV(dout, N, C), DV(pre, N, OC), DV(projw, C, OC));
     download_as(raw, dfch.d, dfch.n, dt);
     cpu->gelu_backward(cpu, LOOM_VIEW(dpre, F32, N, OC), HV(pre, N, OC), LOOM_VIEW(raw, F32, N, OC));
@@ -309,11 +325,24 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
     cpu->mlp_backward(cpu, HV(dinp, N, C), HV(dfch, N, OC), HV(dfcw, OC, C), HV(dfcb, OC), HV(dprojw, C, OC),
                       HV(dprojb, C), HV(dout, N, C), HV(inp, N, C), HV(fcw, OC, C), HV(pre, N, OC), HV(a_h, N, OC), true,
                       HV(projw, C, OC));
-    if (sites) gpu->fp8_site_fc = MLP_SITE, gpu->fp8_site = MLP_SITE + 1, gpu->fp8_begin(gpu);
-    gpu->mlp_backward(gpu, DV(dinp, N, C), DV(dfch, N, OC), DV(dfcw, OC, C), DV(dfcb, OC), DV(dprojw, C, OC),
-                      DV(dprojb, C), DV(dout, N, C), DV(inp, N, C), DV(fcw, OC, C), DV(pre, N, OC), DV(act, N, OC),
-                      act_kept, DV(projw, C, OC));
-    T_ASSERT(gpu->fp8_site == (sites ? MLP_SITE + 1 : -1), "mlp_backward left fp8_site at %d", gpu->fp8_site);
+    static int fast_calls; // each with slots of its own
+    int site = fast ? MLP_FAST_SITE + 2 * fast_calls++ : MLP_SITE;
+    for (int step = 0; step < (fast ? 2 : 1); step++) {
+        if (step == 1) { // the gradients as they were, dfch NaN again
+            gpu->fp8_roll(gpu);
+            b_upload(dfcw, init[0]), b_upload(dfcb, init[1]), b_upload(dprojw, init[2]), b_upload(dprojb, init[3]);
+            b_upload(dfch, nan_h);
+        }
+        if (sites) gpu->fp8_site_fc = site, gpu->fp8_site = site + 1, gpu->fp8_begin(gpu);
+        gpu->mlp_backward(gpu, DV(dinp, N, C), DV(dfch, N, OC), DV(dfcw, OC, C), DV(dfcb, OC), DV(dprojw, C, OC),
+                          DV(dprojb, C), DV(dout, N, C), DV(inp, N, C), DV(fcw, OC, C), DV(pre, N, OC), DV(act, N, OC),
+                          act_kept, DV(projw, C, OC));
+    }
+    gpu->fp8_fast_dgrad = false;
+    T_ASSERT(gpu->fp8_site == (sites ? site + 1 : -1), "mlp_backward left fp8_site at %d", gpu->fp8_site);
+    if (fast)
+        T_ASSERT(nan_count(dfch) == dfch.n, "fp8 mlp, the DGELU in the fcproj product: %zu of dfch's %zu values written",
+                 dfch.n - nan_count(dfch), dfch.n);
     check_fp8_tol("fp8 mlp dinp", dinp, want_dinp, dinp.h, fits, s, 3e-2, 3); // see above: E5M2 neighbours
     check_fp8_tol("fp8 mlp dfcw +=", dfcw, want_dfcw, dfcw.h, fits, s, 3e-2, 3);
     check_fp8("fp8 mlp dprojw +=", dprojw, want_dprojw, dprojw.h, fits, s);
@@ -322,8 +351,8 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
     if (sites) {
         size_t n;
         float *amax = gpu->fp8_amax(gpu, &n), dev[6];
-        T_ASSERT(amax && n >= 3 * (MLP_SITE + 2), "fp8_amax: %zu slots", n);
-        gpu->download(gpu, dev, amax + 3 * MLP_SITE, sizeof dev);
+        T_ASSERT(amax && n >= 3 * ((size_t)site + 2), "fp8_amax: %zu slots", n);
+        gpu->download(gpu, dev, amax + 3 * site, sizeof dev);
         // the fc site: inp, fcw, its output gradient; the fcproj site: gelu(pre), projw, dout
         float want[6] = {amax_of(inp.h, inp.n), amax_of(fcw.h, fcw.n), amax_of(dpre, pre.n),
                          amax_of(g, pre.n), amax_of(projw.h, projw.n), amax_of(dout.h, dout.n)};
@@ -334,7 +363,7 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites)
         gpu->fp8_roll(gpu);
         gpu->fp8_site = gpu->fp8_site_fc = -1;
     }
-    float *frees[] = {g, dq, pq, aq, raw, dpre, want_dinp, want_dfcw, want_dprojw, d8, fq, iq, want_dfcb};
+    float *frees[] = {g, dq, pq, aq, raw, dpre, want_dinp, want_dfcw, want_dprojw, d8, fq, iq, want_dfcb, nan_h, init[0], init[1], init[2], init[3]};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++) free(frees[i]);
     buf *all[] = {&inp, &fcw, &pre, &projw, &dout, &dinp, &dfch, &dfcw, &dfcb, &dprojw, &dprojb, &act, &a_h};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
@@ -397,9 +426,6 @@ static void test_mlp_forward(int N, int C, int OC, bool delayed) {
     buf *all[] = {&inp, &fcw, &fcb, &projw, &projb, &out, &pre, &act, &inp1, &res};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
-
-// x into b's device buffer (bf16: exact for values already in bf16)
-static void b_upload(buf b, const float *x) { upload_as(b.d, x, b.n, b.dt); }
 
 #define MLP_KEPT_SITE 16 // the fc layer's site (slots 48-50), the fcproj layer's next (51-53); with act kept 18, 19
 
@@ -787,9 +813,11 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_forward(d[0], d[1], d[2], true);
         test_backward(d[0], d[1], d[2], false, true);
         test_backward(d[0], d[1], d[2], true, true); // as the layer after a GELU whose input was pre
-        test_mlp(d[0], d[1], d[2], true, i % 2 == 0, false);
+        test_mlp(d[0], d[1], d[2], true, i % 2 == 0, false, false);
     }
-    test_mlp(256, 768, 3072, true, false, true);
+    test_mlp(256, 768, 3072, true, false, true, false);
+    test_mlp(256, 768, 3072, true, false, true, true); // the DGELU in the fcproj product: a tile a block
+    if (!quick) test_mlp(4096, 256, 1024, true, true, true, true); // 256 tiles: two a block, the ring across them
     test_mlp_forward(256, 768, 3072, true);
     test_mlp_forward(256, 768, 3072, false);
     test_mlp_kept(256, 768, 3072, false, true);
@@ -809,7 +837,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_forward(d[0], d[1], d[2], false);
         test_backward(d[0], d[1], d[2], false, false); // cuda_fp8_backward declines, each product runs in bf16
         test_backward(d[0], d[1], d[2], true, false);
-        test_mlp(d[0], d[1], d[2], false, i % 2 == 1, false);
+        test_mlp(d[0], d[1], d[2], false, i % 2 == 1, false, false);
     }
     loom_backend_destroy(gpu);
     gpu = NULL;

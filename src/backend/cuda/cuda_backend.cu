@@ -200,6 +200,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .dtype = dtype,
         .fp8 = false,
         .fp8_history = 0,
+        .fp8_fast_dgrad = false,
         .fp8_site = -1,
         .fp8_site_fc = -1,
         .fp8_site_ln = -1,

@@ -218,23 +218,27 @@ typedef enum { CUDA_FP8_INPUT, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD, CUDA_FP8_ROLES } 
 // when g does not suit FP8 (m, n or k not a multiple of 16, a strided operand or one not
 // 16-byte aligned), or cuBLASLt's failure.
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b);
-// The GELU between an MLP's two layers, folded into the casts of one layer's backward
-// (cuda_fp8_backward; NULL: none; bf16, shaped as the tensor they stand beside):
-//   dout_pre: the layer's output went through the GELU, whose input this is: the products and
-//             dbias take dout gelu'(dout_pre) (the fc layer's; dout is the gradient of gelu(pre))
-//   inp_pre:  the layer's input is gelu(inp_pre): gw's A (N,IC) is cast from there, unread
-//             (the fcproj layer's; the GELU's output need not exist in bf16)
-typedef struct {
-    const void *dout_pre, *inp_pre;
-} cuda_fp8_gelu;
 // A linear layer's two gradient products from FP8 copies, dout (N,OC) cast once for both: gi the
 // dinp product (B = dout as it is), gw the dw product (B = dout transposed), as matmul.cu builds
-// them, with gelu's folded in; dbias (OC) bf16 += the column sums of dout when not NULL and gw ran
-// (summed in the cast's one read of dout, in a fixed order). *si and *sw: each product's status as
-// cuda_fp8_gemm_run's (NOT_SUPPORTED for both, running nothing, when either does not suit FP8 or
-// a gelu tensor is not 16-byte aligned).
-void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
-                       cublasStatus_t *si, cublasStatus_t *sw);
+// them; dbias (OC) bf16 += the column sums of dout when not NULL and gw ran (summed in the cast's
+// one read of dout, in a fixed order). *si and *sw: each product's status as cuda_fp8_gemm_run's
+// (NOT_SUPPORTED for both, running nothing, when either does not suit FP8).
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
+                       cublasStatus_t *sw);
+// The MLP's backward from FP8 copies (backend.h's mlp_backward), the GELU folded into the casts:
+// the fcproj layer's products gi_p (dfch (N,OC) = dout (N,C) projw, plain) and gw_p (dprojw += dout^T
+// act, act's copy kept from the forward or, with act_pre, cast from gelu(act_pre)), then the fc
+// layer's gi_f (dinp = dfch' fcw) and gw_f (dfcw += dfch'^T inp), where dfch' = dfch gelu'(pre) is
+// the fc layer's output gradient, which exists only in its E5M2 copies: cast from dfch, or, under
+// delayed scaling with the backend's fp8_fast_dgrad, written by gi_p's product itself
+// (cuda_fp8_dgelu_gemm), so that dfch is never written. dprojb (C) and dfcb (OC) bf16 += the column
+// sums of dout and dfch' when not NULL. Products as matmul.cu builds them; the fcproj layer's
+// casts take the slots of site site_proj, the fc layer's those of site_fc. False, running nothing,
+// when a product does not suit FP8 or pre or act_pre is not 16-byte aligned (the caller runs the
+// plain ops); a product cuBLASLt then refuses stops the program with a line naming it.
+bool cuda_fp8_mlp_backward(loom_cuda *cu, const cuda_gemm *gi_p, const cuda_gemm *gw_p, void *dprojb,
+                           const void *act_pre, const cuda_gemm *gi_f, const cuda_gemm *gw_f, void *dfcb,
+                           const void *pre, int site_fc, int site_proj);
 // The MLP's two forward products from FP8 copies with the GELU's output handed over in FP8
 // (either recipe): gf the fc product (no GELU epilogue: D (N,OC) is pre, bf16), gp the fcproj
 // product, whose B (the GELU's output, bf16) is neither written nor read. After gf, one cast reads
@@ -260,6 +264,21 @@ typedef struct {
     float *inv;
     unsigned *record;
 } fp8_cast;
+// Where cuda_fp8_dgelu_gemm writes y = dfch gelu'(pre) (M,N): rows (M,N) and cols (N,M) E5M2 by
+// c.scale, c.record raised to max |y|; colpart (M/128, N) fp32 y's column sums over each 128 rows
+typedef struct {
+    uint8_t *rows, *cols;
+    float *colpart;
+    fp8_cast c;
+} cuda_fp8_dgelu_out;
+// The fcproj layer's input-gradient product dfch (M,N) = bf16(inv_a inv_b a8 b8^T), a8 (M,K) dout
+// (E5M2), b8 (N,K) projw transposed (E4M3), with fast accumulation, times gelu'(pre) (M,N) bf16,
+// into out's copies (gemm_fp8.cu): the bytes cuBLASLt's product and fp8.cu's DGELU cast write,
+// dfch neither written nor read. False, running nothing, without delayed scaling's scale
+// (out.c.scale), with M, N or K not a multiple of 128 (gpt2-xl's C = 1600), or an operand not
+// 16-byte aligned.
+bool cuda_fp8_dgelu_gemm(loom_cuda *cu, const uint8_t *a8, const float *inv_a, const uint8_t *b8, const float *inv_b,
+                         const void *pre, int64_t M, int64_t N, int64_t K, cuda_fp8_dgelu_out out);
 // The cast of operand `role` of the current site (be->fp8_site) under delayed scaling: from the
 // slot's history once it has one, else by the current amax with 1/s into `inv` (and the slot's
 // amax raised either way); without delayed scaling or a site, by the current amax alone.

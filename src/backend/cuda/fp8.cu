@@ -11,17 +11,21 @@
 //   dinp     dinp^T (C,N) = (w^T)8 (C,OC) . dout8 (N,OC)    (w transposed)
 //   dw       dw^T (C,OC) += (inp^T)8 (C,N) . (dout^T)8 (OC,N) (both transposed)
 // where X . Y is X Y^T. The forward product uses cuBLASLt's fast accumulation, the gradients' do
-// not (torchao's defaults). The copies live in the backend's scratch: (m + n) k bytes. A layer's
-// backward (cuda_fp8_backward) casts dout once for both of its products: one amax pass and one
-// read of dout write dout8 and (dout^T)8 with the same scale, 2 N OC bytes beside the A copy.
+// not (torchao's defaults), unless the input gradients' do too (fp8_fast_dgrad). The copies live
+// in the backend's scratch: (m + n) k bytes. A layer's backward (cuda_fp8_backward) casts dout once
+// for both of its products: one amax pass and one read of dout write dout8 and (dout^T)8 with the
+// same scale, 2 N OC bytes beside the A copy.
 // Delayed scaling (backend.h's fp8_history; fp8_scaling.cu keeps the slots): a cast whose slot has
 // a history scales by the slot's s and raises the slot's amax as it converts, so one pass over the
 // tensor does what the current amax does in two. The weight's and the input's copies in the
 // backward take the forward's slots: the same tensors, so the same scales.
-// An MLP's GELU folds into the casts of its two layers' backward (cuda_fp8_backward's gelu): the
+// An MLP's GELU folds into the casts of its two layers' backward (cuda_fp8_mlp_backward): the
 // fcproj layer's input copy is cast from gelu(pre), and the fc layer's output gradient from
-// dout gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16; in the
-// forward the fcproj product's input is cast from gelu(pre) too (cuda_fp8_mlp_forward).
+// dfch gelu'(pre), so neither the GELU's output nor the DGELU product's is needed in bf16; in the
+// forward the fcproj product's input is cast from gelu(pre) too (cuda_fp8_mlp_forward). With the
+// input-gradient products' fast accumulation (backend.h's fp8_fast_dgrad) under delayed scaling,
+// the fcproj layer's dinp product writes the fc layer's output-gradient copies itself
+// (gemm_fp8.cu), and dfch is not written at all.
 // Under delayed scaling the forward product of a layer whose input is a LayerNorm's output takes
 // that input's copy from the LayerNorm, which writes it as it writes the output (fp8_kept.cu).
 // Each layer's input copy for its dw product, (inp^T)8, is made in the forward and kept to its
@@ -31,7 +35,6 @@
 // LayerNorm's copy (transpose_kernel) where the LayerNorm does not write it itself.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8.cuh"
-#include "backend/cuda/gelu.cuh"
 
 #define FP8_WARP_R 64      // a warp's rows in quantize_kernel: 8 threads x FP8_VEC rows
 #define FP8_WARP_C 32      // a warp's columns: 4 threads x FP8_VEC columns
@@ -40,40 +43,6 @@
 #define FP8_TILE_R (FP8_WARP_R * (FP8_THREADS / 32 / FP8_WARP_COLS)) // a block's rows: 256
 #define FP8_TILE_C (FP8_WARP_C * FP8_WARP_COLS)                      // a block's columns: 64
 #define FP8_AMAX_BLOCKS 1024
-
-// The 8 bf16 of v as fp32 in x; returns the larger of m and their largest |x| (NaN ignored)
-__device__ __forceinline__ float unpack8(float *x, uint4 v, float m) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-    for (int e = 0; e < FP8_VEC / 2; e++) {
-        float2 f = __bfloat1622float2(h[e]);
-        x[2 * e] = f.x, x[2 * e + 1] = f.y;
-        m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-    return m;
-}
-
-// What a cast converts, from its bf16 source x: x as it is, gelu(x), or x gelu'(pre) (the GELU's
-// backward of the output gradient x; pre, the GELU's input, read beside x)
-enum fp8_op { FP8_AS_IS, FP8_GELU, FP8_DGELU };
-
-// The 8 values that a cast converts from the 8 bf16 of v (and of p, pre's, for FP8_DGELU) in x;
-// returns the larger of m and their largest |x| (NaN ignored)
-template <int OP> __device__ __forceinline__ float convert8(float *x, uint4 v, uint4 p, float m) {
-    if constexpr (OP == FP8_AS_IS) {
-        return unpack8(x, v, m);
-    } else {
-        float q[FP8_VEC];
-        unpack8(x, v, 0.0f);
-        if constexpr (OP == FP8_DGELU) unpack8(q, p, 0.0f);
-#pragma unroll
-        for (int e = 0; e < FP8_VEC; e++) {
-            x[e] = OP == FP8_GELU ? gelu_of(x[e]) : x[e] * gelu_grad(q[e]);
-            m = fmaxf(m, fabsf(x[e]));
-        }
-        return m;
-    }
-}
 
 // *amax = max(*amax, max |y|) over the n values y that a cast OP converts from x (and pre) (n bf16,
 // 16-byte aligned, n a multiple of 8: read 8 at a time), as fp32 bits (>= 0: unsigned order is
@@ -366,33 +335,49 @@ static const uint8_t *copy_b(loom_cuda *cu, const cuda_gemm *g, int site, cuda_f
     return b8;
 }
 
-// g from a8 (m,k) and b8 (n,k) with their scales
+// g from a8 (m,k) and b8 (n,k) with their scales: a forward product (b not a gradient) or an
+// input-gradient product (a the weight) under the backend's fp8_fast_dgrad with cuBLASLt's fast
+// accumulation, the others' partial sums promoted (torchao's and Transformer Engine's defaults)
 static cublasStatus_t fp8_run(loom_cuda *cu, const cuda_gemm *g, const uint8_t *a8, const float *inv_a,
-                              const uint8_t *b8, const float *inv_b, bool b_grad) {
+                              const uint8_t *b8, const float *inv_b, cuda_fp8_role role_a, cuda_fp8_role role_b) {
     cuda_gemm f = *g;
+    bool grad = role_b == CUDA_FP8_GRAD;
     f.a = a8, f.b = b8, f.lda = g->k, f.ldb = g->k, f.transa = true, f.transb = false;
     f.scale_a = inv_a, f.scale_b = inv_b;
-    f.type_a = CUDA_R_8F_E4M3, f.type_b = b_grad ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
-    f.fast_accum = !b_grad;
+    f.type_a = CUDA_R_8F_E4M3, f.type_b = grad ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    f.fast_accum = !grad || (role_a == CUDA_FP8_WEIGHT && cu->base.fp8_fast_dgrad);
     return cuda_gemm_run(cu, &f);
 }
 
-// The scratch's head: the casts' four amax slots, then their four scales 16-byte aligned
-// (cuBLASLt's FP8 kernels refuse others at run time: NOT_SUPPORTED); the copies follow at FP8_HEAD
+// Stops with a line naming the product where cuBLASLt refuses an FP8 product that suits FP8 (the
+// MLP's backward has no bf16 copy of dfch to fall back on)
+static void fp8_must(cublasStatus_t st, const cuda_gemm *g) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "loom: cuBLASLt has no FP8 algorithm for a %lldx%lldx%lld product: %s\n", (long long)g->m,
+            (long long)g->n, (long long)g->k, cublasLtGetStatusString(st));
+    abort();
+}
+
+// The scratch's head: the casts' amax slots (FP8_CASTS at most), then their scales, each 16-byte
+// aligned (cuBLASLt's FP8 kernels refuse others at run time: NOT_SUPPORTED); the copies follow at
+// FP8_HEAD
 #define FP8_HEAD 256
+#define FP8_CASTS 8
 struct fp8_head {
     unsigned *amax;
-    float *inv[4];
+    float *inv[FP8_CASTS];
 };
 static fp8_head fp8_head_of(char *base) {
-    float *inv = (float *)(base + 64);
-    return fp8_head{(unsigned *)base, {inv, inv + 8, inv + 16, inv + 24}};
+    fp8_head h;
+    h.amax = (unsigned *)base;
+    for (int i = 0; i < FP8_CASTS; i++) h.inv[i] = (float *)(base + 64) + 4 * i;
+    return h;
 }
 
 // The amax slots zeroed when a cast scales by its current amax (`needed`: delayed scaling's casts
 // with a history read none)
 static void fp8_head_clear(loom_cuda *cu, fp8_head h, bool needed) {
-    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, 4 * sizeof(unsigned), cu->stream));
+    if (needed) CUDA_CHECK(cudaMemsetAsync(h.amax, 0, FP8_CASTS * sizeof(unsigned), cu->stream));
 }
 
 cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_role role_a, cuda_fp8_role role_b) {
@@ -406,42 +391,117 @@ cublasStatus_t cuda_fp8_gemm_run(loom_cuda *cu, const cuda_gemm *g, cuda_fp8_rol
     int site = cu->base.fp8_site;
     const uint8_t *a = copy_a(cu, g, site, role_a, a8, &ca, &h.amax[0], as_is(g->a));
     const uint8_t *b = copy_b(cu, g, site, role_b, b8, &cb, &h.amax[1], as_is(g->b));
-    return fp8_run(cu, g, a, ca.inv, b, cb.inv, role_b == CUDA_FP8_GRAD);
+    return fp8_run(cu, g, a, ca.inv, b, cb.inv, role_a, role_b);
 }
 
-void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cuda_fp8_gelu gelu,
-                       cublasStatus_t *si, cublasStatus_t *sw) {
+// A layer's output gradient dout (N,OC) as the copies its backward takes: rows (N,OC) and cols
+// (OC,N) in E5M2 by 1/s *inv, and its column sums over each `chunk` rows, colpart (N / chunk, OC)
+// fp32 (NULL: none)
+struct fp8_dout {
+    uint8_t *rows, *cols;
+    const float *inv;
+    float *colpart;
+    int64_t chunk;
+};
+
+// The input's copy of a layer's dw product gw (A (IC,N) as gw takes it, cast from x): its
+// transposed copy kept from the forward (fp8_kept.cu; *c's inv then its own where it was scaled by
+// its current amax), else x cast into a8 (in stream order after what ran before)
+static const uint8_t *copy_input_t(loom_cuda *cu, int site, const cuda_gemm *gw, fp8_src x, uint8_t *a8, fp8_cast *c,
+                                   unsigned *amax) {
+    float *xinv = NULL;
+    const uint8_t *xt = gw->transa ? NULL : cuda_fp8_kept_cols(cu, site, x.x, gw->m * gw->k, x.op == FP8_GELU, &xinv);
+    if (xinv) c->inv = xinv;
+    if (xt) return xt;
+    cuda_fp8_unpromised(cu, x.x, site, "weight-gradient product's cast");
+    quantize_a(cu, gw, a8, *c, amax, x);
+    return a8;
+}
+
+// The dw product gw of layer `site` from dout's cols and the input's copy (copy_input_t), then
+// dbias (OC, when not NULL) += dout's column sums where the product ran
+static cublasStatus_t dw_backward(loom_cuda *cu, int site, const cuda_gemm *gw, void *dbias, fp8_dout d, fp8_src x,
+                                  uint8_t *a8, fp8_cast cx, unsigned *amax) {
+    const uint8_t *xt = copy_input_t(cu, site, gw, x, a8, &cx, amax);
+    cublasStatus_t st = fp8_run(cu, gw, xt, cx.inv, d.cols, d.inv, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
+    if (dbias && st == CUBLAS_STATUS_SUCCESS)
+        cuda_add_partials(cu, dbias, true, d.colpart, (gw->k + d.chunk - 1) / d.chunk, gw->n, gw->n);
+    return st;
+}
+
+void cuda_fp8_backward(loom_cuda *cu, const cuda_gemm *gi, const cuda_gemm *gw, void *dbias, cublasStatus_t *si,
+                       cublasStatus_t *sw) {
     *si = *sw = CUBLAS_STATUS_NOT_SUPPORTED;
     int64_t N = gi->n, OC = gi->k; // dout (N,OC): gi's B as it is, gw's B transposed
     LOOM_CHECK(gi->b == gw->b && !gi->transb && gw->transb && gw->k == N && gw->n == OC);
-    LOOM_CHECK(!gelu.inp_pre || !gw->transa); // gw's A (N,IC) as the GELU's input is
-    bool aligned = (uintptr_t)gelu.dout_pre % 16 == 0 && (uintptr_t)gelu.inp_pre % 16 == 0;
-    if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw) || !aligned) return;
+    if (!fp8_fits(cu, gi) || !fp8_fits(cu, gw)) return;
     size_t d_bytes = cuda_align256((size_t)(N * OC)), p_bytes = dbias ? quantize_chunks(N) * OC * sizeof(float) : 0;
     size_t a_bytes = cuda_align256((size_t)(gi->m * gi->k > gw->m * gw->k ? gi->m * gi->k : gw->m * gw->k));
     char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * d_bytes + a_bytes + p_bytes);
     fp8_head h = fp8_head_of(base);
-    uint8_t *rows = (uint8_t *)base + FP8_HEAD, *cols = rows + d_bytes, *a8 = cols + d_bytes;
-    float *colpart = dbias ? (float *)(a8 + a_bytes) : NULL;
+    uint8_t *rows = (uint8_t *)base + FP8_HEAD, *a8 = rows + 2 * d_bytes;
+    int site = cu->base.fp8_site;
     fp8_cast cd = cuda_fp8_cast_of(cu, CUDA_FP8_GRAD, h.inv[0]), cw = cuda_fp8_cast_of(cu, CUDA_FP8_WEIGHT, h.inv[1]);
     fp8_cast cx = cuda_fp8_cast_of(cu, CUDA_FP8_INPUT, h.inv[2]);
     fp8_head_clear(cu, h, !cd.scale || !cw.scale || !cx.scale);
-    fp8_src d = gelu.dout_pre ? fp8_src{gi->b, FP8_DGELU, gelu.dout_pre} : as_is(gi->b);
-    quantize(cu, rows, cols, cd, &h.amax[0], d, N, OC, true, colpart); // one amax, one read of dout
-    const uint8_t *wa = copy_a(cu, gi, cu->base.fp8_site, CUDA_FP8_WEIGHT, a8, &cw, &h.amax[1], as_is(gi->a));
-    *si = fp8_run(cu, gi, wa, cw.inv, rows, cd.inv, true);
-    // the input's transposed copy from the forward (fp8_kept.cu), else cast into a8 again (in
-    // stream order after gi's product)
-    fp8_src x = gelu.inp_pre ? fp8_src{gelu.inp_pre, FP8_GELU, NULL} : as_is(gw->a);
-    float *xinv = NULL;
-    const uint8_t *xt =
-        gw->transa ? NULL : cuda_fp8_kept_cols(cu, cu->base.fp8_site, x.x, gw->m * gw->k, x.op == FP8_GELU, &xinv);
-    if (xinv) cx.inv = xinv; // scaled by its current amax in the forward
-    if (!xt) cuda_fp8_unpromised(cu, x.x, cu->base.fp8_site, "weight-gradient product's cast");
-    if (!xt) quantize_a(cu, gw, a8, cx, &h.amax[2], x);
-    *sw = fp8_run(cu, gw, xt ? xt : a8, cx.inv, cols, cd.inv, true);
-    if (dbias && *sw == CUBLAS_STATUS_SUCCESS)
-        cuda_add_partials(cu, dbias, true, colpart, quantize_chunks(N), OC, OC);
+    fp8_dout d = {rows, rows + d_bytes, cd.inv, dbias ? (float *)(a8 + a_bytes) : NULL, FP8_TILE_R};
+    quantize(cu, d.rows, d.cols, cd, &h.amax[0], as_is(gi->b), N, OC, true, d.colpart); // one amax, one read of dout
+    const uint8_t *wa = copy_a(cu, gi, site, CUDA_FP8_WEIGHT, a8, &cw, &h.amax[1], as_is(gi->a));
+    *si = fp8_run(cu, gi, wa, cw.inv, d.rows, d.inv, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD);
+    *sw = dw_backward(cu, site, gw, dbias, d, as_is(gw->a), a8, cx, &h.amax[2]);
+}
+
+bool cuda_fp8_mlp_backward(loom_cuda *cu, const cuda_gemm *gi_p, const cuda_gemm *gw_p, void *dprojb,
+                           const void *act_pre, const cuda_gemm *gi_f, const cuda_gemm *gw_f, void *dfcb,
+                           const void *pre, int site_fc, int site_proj) {
+    int64_t N = gi_p->n, C = gi_p->k, OC = gi_p->m; // dout (N,C), dfch (N,OC)
+    LOOM_CHECK(gi_p->b == gw_p->b && gi_f->b == gi_p->d && gi_f->b == gw_f->b && gi_f->n == N && gi_f->k == OC);
+    LOOM_CHECK(!gw_p->transa && !gw_f->transa && gi_p->d == gi_f->b);
+    bool aligned = (uintptr_t)pre % 16 == 0 && (uintptr_t)act_pre % 16 == 0;
+    if (!fp8_fits(cu, gi_p) || !fp8_fits(cu, gw_p) || !fp8_fits(cu, gi_f) || !fp8_fits(cu, gw_f) || !aligned)
+        return false;
+    size_t dp_bytes = cuda_align256((size_t)(N * C)), df_bytes = cuda_align256((size_t)(N * OC));
+    size_t a_bytes = cuda_align256((size_t)(OC * (C > N ? C : N))); // a weight (OC,C) or an input's copy (OC,N)
+    size_t pp_bytes = cuda_align256(quantize_chunks(N) * C * sizeof(float));
+    // the fc layer's column sums: over 128 rows (gemm_fp8.cu) or FP8_TILE_R (the cast)
+    char *base = (char *)cuda_scratch(cu, FP8_HEAD + 2 * dp_bytes + 2 * df_bytes + a_bytes + pp_bytes +
+                                              (size_t)((N + 127) / 128) * OC * sizeof(float));
+    fp8_head h = fp8_head_of(base);
+    uint8_t *rows_p = (uint8_t *)base + FP8_HEAD, *rows_f = rows_p + 2 * dp_bytes, *a8 = rows_f + 2 * df_bytes;
+    float *colpart_p = (float *)(a8 + a_bytes), *colpart_f = (float *)((char *)colpart_p + pp_bytes);
+    // [fcproj, fc][dout, weight, input], the higher site's first: a site's first cast may move the
+    // slots (to make room), which would leave pointers taken before it stale
+    fp8_cast c[2][3];
+    int fc_first = site_fc > site_proj;
+    for (int j = 0; j < 2; j++) {
+        int layer = j == 0 ? fc_first : !fc_first, site = layer ? site_fc : site_proj; // layer 1: the fc
+        for (int r = 0; r < 3; r++)
+            c[layer][r] = cuda_fp8_cast_at(cu, site, r == 0 ? CUDA_FP8_GRAD : r == 1 ? CUDA_FP8_WEIGHT : CUDA_FP8_INPUT,
+                                           h.inv[3 * layer + r]);
+    }
+    bool current = false;
+    for (int i = 0; i < 6; i++) current |= !c[i / 3][i % 3].scale;
+    fp8_head_clear(cu, h, current);
+    fp8_dout dp = {rows_p, rows_p + dp_bytes, c[0][0].inv, dprojb ? colpart_p : NULL, FP8_TILE_R};
+    quantize(cu, dp.rows, dp.cols, c[0][0], &h.amax[0], as_is(gi_p->b), N, C, true, dp.colpart);
+    // dfch's copies: written by the fcproj layer's dinp product itself (gemm_fp8.cu: delayed
+    // scaling, fast accumulation for the input gradients), else cast from dfch after it
+    const uint8_t *wp = copy_a(cu, gi_p, site_proj, CUDA_FP8_WEIGHT, a8, &c[0][1], &h.amax[1], as_is(gi_p->a));
+    fp8_dout df = {rows_f, rows_f + df_bytes, c[1][0].inv, colpart_f, 128};
+    bool fused = cu->base.fp8_fast_dgrad &&
+                 cuda_fp8_dgelu_gemm(cu, dp.rows, dp.inv, wp, c[0][1].inv, pre, N, OC, C,
+                                     cuda_fp8_dgelu_out{df.rows, df.cols, df.colpart, c[1][0]});
+    if (!fused) {
+        fp8_must(fp8_run(cu, gi_p, wp, c[0][1].inv, dp.rows, dp.inv, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD), gi_p);
+        df.chunk = FP8_TILE_R;
+        quantize(cu, df.rows, df.cols, c[1][0], &h.amax[3], fp8_src{gi_f->b, FP8_DGELU, pre}, N, OC, true, df.colpart);
+    }
+    fp8_src act = act_pre ? fp8_src{act_pre, FP8_GELU, NULL} : as_is(gw_p->a);
+    fp8_must(dw_backward(cu, site_proj, gw_p, dprojb, dp, act, a8, c[0][2], &h.amax[2]), gw_p);
+    const uint8_t *wf = copy_a(cu, gi_f, site_fc, CUDA_FP8_WEIGHT, a8, &c[1][1], &h.amax[4], as_is(gi_f->a));
+    fp8_must(fp8_run(cu, gi_f, wf, c[1][1].inv, df.rows, df.inv, CUDA_FP8_WEIGHT, CUDA_FP8_GRAD), gi_f);
+    fp8_must(dw_backward(cu, site_fc, gw_f, dfcb, df, as_is(gw_f->a), a8, c[1][2], &h.amax[5]), gw_f);
+    return true;
 }
 
 cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cuda_gemm *gp, int site_fc,
@@ -468,7 +528,7 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale || !cact.scale);
     const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, &cfw, &h.amax[1], as_is(gf->a));
     const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, &cin, &h.amax[2], as_is(gf->b));
-    cublasStatus_t st = fp8_run(cu, gf, fw, cfw.inv, in, cin.inv, false);
+    cublasStatus_t st = fp8_run(cu, gf, fw, cfw.inv, in, cin.inv, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     // gelu(pre) in FP8 for the fcproj product, and transposed for its backward (kept by pre, whose
     // GELU it is; sized from the first step on): one read of pre
@@ -478,7 +538,7 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     if (act_t && !cact.scale) cact.inv = inv; // the copy's own 1/s, which the backward takes with it
     quantize(cu, act8, act_t, cact, &h.amax[3], fp8_src{gf->d, FP8_GELU, NULL}, N, OC, false);
     const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, &cpw, &h.amax[0], as_is(gp->a));
-    st = fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, false);
+    st = fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
     if (st != CUBLAS_STATUS_SUCCESS) cuda_fp8_forget_cols(cu, gf->d); // the plain ops write pre again
     return st;
 }

@@ -4,13 +4,13 @@
 // Multiply-Accumulate Instructions", "Tensor Copy", "mbarrier") as FlashAttention-3 (Shah et al.
 // 2024) and CUTLASS's SM90 collectives use them.
 //
-// Shared-memory tiles: a tile of R rows x 64 bf16 columns (128 bytes a row), 1024-byte aligned, in
+// Shared-memory tiles: a tile of R rows x 64 bf16 (or 128 FP8) columns (128 bytes a row), 1024-byte aligned, in
 // TMA's 128-byte swizzle: the 16-byte chunk c of row r lies at r*128 + 16*(c ^ (r % 8)). A head of
 // size 128 is two such tiles (columns 0-63, 64-127), one after the other. wgmma reads them through
 // descriptors (wg_desc):
 // - K-major operand (rows are M or N, the 64 columns are K): 8-row groups 1024 bytes apart (SBO);
-//   the k-step kk (16 columns) starts 32*kk bytes into the rows (the swizzle is applied by the
-//   hardware on the address bits).
+//   the k-step kk (16 bf16 or 32 FP8 columns) starts 32*kk bytes into the rows (the swizzle is
+//   applied by the hardware on the address bits).
 // - N-major operand B (rows are K, the 64 columns are N): 8-row groups (K) 1024 bytes apart (SBO),
 //   the next 64 columns (N) LBO bytes further (the next tile); the k-step kk starts at row 16*kk.
 #pragma once
@@ -27,6 +27,10 @@
 // multiple of 8) read in boxes of `rows` rows x 64 columns, 128-byte swizzled; rows past T read as
 // zeros. Coordinates of a box: {column, row, b}.
 CUtensorMap hopper_tensor_map(const void *base, int64_t B, int64_t T, int64_t ld, int rows);
+// A tensor map of a dense row-major matrix (rows, cols) of esize-byte elements (1: FP8 bytes, 2:
+// bf16; 16-byte aligned base, rows of a multiple of 16 bytes) read or written in boxes of box_rows
+// rows x 128 bytes, 128-byte swizzled. Coordinates of a box: {column, row}.
+CUtensorMap hopper_tensor_map_2d(const void *base, int esize, int64_t rows, int64_t cols, int box_rows);
 
 // ---- device ----
 // Shared-memory descriptor of a swizzled tile at p (see above): lbo = bytes to the next 64
@@ -102,6 +106,14 @@ template <> struct wgmma_bf16<128> {
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
     }
 };
+// d (64 x 128) {+}= A B^T: A (64 x 32) E5M2 and B (128 x 32) E4M3, K-major in shared memory
+// (descriptors)
+__device__ __forceinline__ void wgmma_e5m2_e4m3_128(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 {" WG_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
+                 : WG_ACC32(0), WG_ACC32(32)
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
 #undef WG_ACC8
 #undef WG_ACC32
 #undef WG_REGS32
@@ -139,6 +151,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
 __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, int col, int row, int b, uint64_t *bar) {
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
                  ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(b), "r"(smem_addr(bar))
+                 : "memory");
+}
+// The 2D forms (hopper_tensor_map_2d): a box at {col, row} into dst, completing its bytes on bar;
+// src's box to {col, row} in global memory, in a bulk group (as bulk_store)
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int col, int row, uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(smem_addr(dst)), "l"(map), "r"(col), "r"(row), "r"(smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, int col, int row, const void *src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(col),
+                 "r"(row), "r"(smem_addr(src))
                  : "memory");
 }
 // Copies `bytes` (a multiple of 16) from src in global memory to dst, both 16-byte aligned,

@@ -388,7 +388,7 @@ extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_te
     check_backward(be, dinp, dw, dbias, dout, inp, w);
     cublasStatus_t si = CUBLAS_STATUS_NOT_SUPPORTED, sw = CUBLAS_STATUS_NOT_SUPPORTED;
     cuda_gemm gi = dinp_gemm(dinp, dout, w), gw = dw_gemm(dw, dout, inp);
-    if (be->fp8 && dinp.data && dw.data) cuda_fp8_backward(cuda_of(be), &gi, &gw, dbias.data, cuda_fp8_gelu{}, &si, &sw);
+    if (be->fp8 && dinp.data && dw.data) cuda_fp8_backward(cuda_of(be), &gi, &gw, dbias.data, &si, &sw);
     if (dinp.data && si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dinp, dout, w, loom_tensor{});
     if (dw.data) matmul_dw(be, &gw, sw == CUBLAS_STATUS_SUCCESS, dbias, dout);
 }
@@ -405,42 +405,29 @@ extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, lo
 }
 
 // Under precision fp8 with the weight gradients, the GELU's backward goes into the FP8 casts
-// (cuda_fp8_backward's gelu) instead of the DGELU product, which stays in bf16 (matmul_dinp):
-// the fcproj layer's dinp product is a plain FP8 one (dfch = dout @ projw), its dw product casts
-// gelu(pre) (act is neither read nor recomputed) or takes the transposed copy of the GELU output
-// that the forward kept (fp8_kept.cu), and the fc layer's output-gradient cast
-// converts dfch gelu'(pre). A product cuBLASLt refuses in FP8 runs in bf16, from the tensors as
-// the plain ops have them.
+// instead of the DGELU product, which stays in bf16 (matmul_dinp): the fcproj layer's dinp
+// product is a plain FP8 one (or, with the backend's fp8_fast_dgrad, writes the fc layer's
+// output-gradient copies itself), its dw product takes the transposed copy of the GELU output that
+// the forward kept (fp8_kept.cu) or casts gelu(pre) (act is neither read nor recomputed), and the
+// fc layer's output-gradient copies hold dfch gelu'(pre) (cuda_fp8_mlp_backward). Where the
+// products do not suit FP8, the plain ops.
 extern "C" void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tensor dfch, loom_tensor dfcw,
                                   loom_tensor dfcb, loom_tensor dprojw, loom_tensor dprojb, loom_tensor dout,
                                   loom_tensor inp, loom_tensor fcw, loom_tensor pre, loom_tensor act, bool act_kept,
                                   loom_tensor projw) {
-    if (!be->fp8 || !dfcw.data || !dprojw.data) {
-        loom_mlp_backward_ops(be, dinp, dfch, dfcw, dfcb, dprojw, dprojb, dout, inp, fcw, pre, act, act_kept, projw);
-        return;
+    if (be->fp8 && dfcw.data && dprojw.data) {
+        check_backward(be, dfch, dprojw, dprojb, dout, act, projw);
+        check_backward(be, dinp, dfcw, dfcb, dfch, inp, fcw);
+        LOOM_CHECK(cuda_act(be, pre) == cuda_act(be, act) && loom_numel(&pre) == loom_numel(&act));
+        loom_cuda *cu = cuda_of(be);
+        cuda_gemm gi = dinp_gemm(dfch, dout, projw), gw = dw_gemm(dprojw, dout, act);
+        cuda_gemm gi_fc = dinp_gemm(dinp, dfch, fcw), gw_fc = dw_gemm(dfcw, dfch, inp);
+        // act's transposed copy where the forward kept one (fp8_kept.cu), else a cast of gelu(pre)
+        float *inv;
+        bool act_t = act_kept && cuda_fp8_kept_cols(cu, be->fp8_site, act.data, loom_numel(&act), false, &inv);
+        if (cuda_fp8_mlp_backward(cu, &gi, &gw, dprojb.data, act_t ? NULL : pre.data, &gi_fc, &gw_fc, dfcb.data,
+                                  pre.data, be->fp8_site_fc, be->fp8_site))
+            return;
     }
-    check_backward(be, dfch, dprojw, dprojb, dout, act, projw);
-    check_backward(be, dinp, dfcw, dfcb, dfch, inp, fcw);
-    LOOM_CHECK(cuda_act(be, pre) == cuda_act(be, act) && loom_numel(&pre) == loom_numel(&act));
-    loom_cuda *cu = cuda_of(be);
-    loom_tensor none = {};
-    cublasStatus_t si, sw;
-    cuda_gemm gi = dinp_gemm(dfch, dout, projw), gw = dw_gemm(dprojw, dout, act);
-    // act's transposed copy where the forward kept one (fp8_kept.cu), else a cast of gelu(pre)
-    float *inv;
-    bool act_t = act_kept && cuda_fp8_kept_cols(cu, be->fp8_site, act.data, loom_numel(&act), false, &inv);
-    cuda_fp8_backward(cu, &gi, &gw, dprojb.data, cuda_fp8_gelu{NULL, act_t ? NULL : pre.data}, &si, &sw);
-    if (si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dfch, dout, projw, none);
-    if (sw != CUBLAS_STATUS_SUCCESS) {
-        if (!act_kept) cuda_gelu_forward(be, act, pre);
-        matmul_dw(be, &gw, false, dprojb, dout);
-    }
-    int site = be->fp8_site;
-    be->fp8_site = be->fp8_site_fc;
-    gi = dinp_gemm(dinp, dfch, fcw), gw = dw_gemm(dfcw, dfch, inp);
-    cuda_fp8_backward(cu, &gi, &gw, dfcb.data, cuda_fp8_gelu{pre.data, NULL}, &si, &sw);
-    if (si != CUBLAS_STATUS_SUCCESS || sw != CUBLAS_STATUS_SUCCESS) cuda_gelu_backward(be, dfch, pre, dfch);
-    if (si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dinp, dfch, fcw, none);
-    if (sw != CUBLAS_STATUS_SUCCESS) matmul_dw(be, &gw, false, dfcb, dfch);
-    be->fp8_site = site;
+    loom_mlp_backward_ops(be, dinp, dfch, dfcw, dfcb, dprojw, dprojb, dout, inp, fcw, pre, act, act_kept, projw);
 }
