@@ -62,8 +62,13 @@ static loom_status parse_value(const loom_cli *cli, const loom_flag *f, const ch
         if (fabs(v) > FLT_MAX || (v != 0 && fabs(v) < FLT_TRUE_MIN))
             return loom_fail(LOOM_EINVAL, hint, "flag --%s: '%s' is outside the range of a float (%g to %g)",
                              f->name, text, (double)FLT_TRUE_MIN, (double)FLT_MAX);
-        LOOM_TRY(check_range(cli, f, v, text));
-        *(float *)f->dst = (float)v;
+        // the range holds for the value as stored: .99999999991 is 1 as a float
+        float fv = (float)v;
+        char shown[96];
+        if ((double)fv == v) snprintf(shown, sizeof shown, "%s", text);
+        else snprintf(shown, sizeof shown, "%.48s (%.9g as a float)", text, (double)fv);
+        LOOM_TRY(check_range(cli, f, fv, shown));
+        *(float *)f->dst = fv;
         return LOOM_OK;
     }
     case FLAG_STR: *(const char **)f->dst = text; return LOOM_OK;

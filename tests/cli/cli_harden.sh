@@ -66,6 +66,7 @@ ranges)
   expect_error "--steps must be in [1, 1000000000000], got 0" train --steps 0
   expect_error "--lr must be > 0, got 0" train --lr 0
   expect_error "--beta2 must be in [0, 1), got 1" train --beta2 1
+  expect_error "--beta2 must be in [0, 1), got .99999999991 (1 as a float)" train --beta2 .99999999991
   expect_error "--bucket-mb must be in (0, 65536], got 1e6" train --bucket-mb 1e6
   expect_error "--seed must be >= 0, got -1" train --seed -1
   expect_error "--batch must be in [1, 65536], got 0" "$LOOM" eval --model "$FIX/gpt2_tiny.bin" --data x --batch 0
