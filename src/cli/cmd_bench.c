@@ -241,8 +241,9 @@ int loom_cmd_bench(int argc, char **argv) {
                   "limit after %d of %d steps; %.2f J a step (W x step ms), %.0f tokens/J\n", watts, lim, span,
                   use.mhz / steps, use.capped, steps, watts * step, (double)n / (watts * step));
     } else if (pw) {
-        loom_info("power:   not measured: NVML's energy counter moved %d times in the timed steps, too few for a mean "
-                  "(it moves every ~100 ms; time at least 1 s of steps with --steps)\n", use.moves);
+        loom_info("power:   not measured: NVML's energy counter moved %d times over %.2f s of the timed steps, under "
+                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves,
+                  use.moves >= 2 ? span : 0.0);
     }
     loom_power_close(pw);
     loom_train_memory mem;

@@ -195,10 +195,7 @@ bool cuda_fp8_dgelu_gemm(loom_cuda *cu, const uint8_t *a8, const float *inv_a, c
     CUtensorMap mpre = hopper_tensor_map_2d(pre, 2, M, N, DG_TILE);
     CUtensorMap mrows = hopper_tensor_map_2d(out.rows, 1, M, N, DG_TILE);
     CUtensorMap mcols = hopper_tensor_map_2d(out.cols, 1, N, M, DG_TILE);
-    static bool sized; // the dynamic shared memory allowed once, for every device alike
-    if (!sized)
-        CUDA_CHECK(cudaFuncSetAttribute(gemm_fp8_dgelu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DG_SMEM));
-    sized = true;
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_fp8_dgelu_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, DG_SMEM));
     int64_t tiles = M / DG_TILE * (N / DG_TILE);
     cuda_launch(cu->stream, gemm_fp8_dgelu_kernel, (unsigned)(tiles < cu->sms ? tiles : cu->sms), DG_THREADS, DG_SMEM,
                 ma, mb, mpre, mrows, mcols, (int)M, (int)N, (int)K, inv_a, inv_b, out.c.scale, out.c.record,
