@@ -73,12 +73,17 @@ static inline double t_max_abs(const float *b, size_t n) {
     return mb;
 }
 
-// max |a-b| / max(max |b|, tiny): a norm-relative error that is stable for small elements
-static inline double t_max_rel_err(const float *a, const float *b, size_t n) {
+// max |a-b| (infinite where one is NaN)
+static inline double t_max_abs_err(const float *a, const float *b, size_t n) {
     double md = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
         if (d > md || d != d) md = (d != d) ? INFINITY : d;
     }
-    return md / t_max_abs(b, n);
+    return md;
+}
+
+// max |a-b| / max(max |b|, tiny): a norm-relative error that is stable for small elements
+static inline double t_max_rel_err(const float *a, const float *b, size_t n) {
+    return t_max_abs_err(a, b, n) / t_max_abs(b, n);
 }

@@ -74,13 +74,15 @@ static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *ta
 typedef struct {
     double e0, t0, e1, t1, last, mhz; // joules and seconds at the first and last moves; the last reading
     int moves, reads, capped;         // reads after the first: their SM clocks summed, those at the power limit
+    char lost[200];                   // why a read failed (no figure then), or ""
 } power_use;
 
 static void power_note(loom_power **pw, power_use *u) {
     loom_power_sample s;
     if (!*pw) return;
-    if (loom_power_read(*pw, &s) != LOOM_OK) {
-        *pw = NULL, u->moves = 0; // no figure rather than a part of one
+    if (loom_power_read(*pw, &s) != LOOM_OK) { // no figure rather than a part of one
+        *pw = NULL;
+        snprintf(u->lost, sizeof u->lost, "%s", loom_error_message());
         return;
     }
     double now = loom_now();
@@ -233,7 +235,9 @@ int loom_cmd_bench(int argc, char **argv) {
     if (c.cuda_graphs)
         loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
     double span = use.t1 - use.t0;
-    if (use.moves >= 2 && span >= 1.0) {
+    if (use.lost[0]) {
+        loom_info("power:   not measured: %s\n", use.lost);
+    } else if (use.moves >= 2 && span >= 1.0) {
         double watts = (use.e1 - use.e0) / span, limit = loom_power_limit_w(pw);
         char lim[48] = "";
         if (limit > 0) snprintf(lim, sizeof lim, " (limit %.0f W)", limit);
@@ -242,8 +246,7 @@ int loom_cmd_bench(int argc, char **argv) {
                   use.mhz / steps, use.capped, steps, watts * step, (double)n / (watts * step));
     } else if (pw) {
         loom_info("power:   not measured: NVML's energy counter moved %d times over %.2f s of the timed steps, under "
-                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves,
-                  use.moves >= 2 ? span : 0.0);
+                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves, span);
     }
     loom_power_close(pw);
     loom_train_memory mem;

@@ -3,7 +3,6 @@
 #include "core/power.h"
 
 #include <dlfcn.h>
-#include <stdint.h>
 
 typedef void *nvml_device;
 #define NVML_CLOCK_SM 1
@@ -42,17 +41,17 @@ loom_status loom_power_open(loom_power **out, const char *pci_bus_id) {
                          "no NVML library: %s", dlerror());
     loom_power *p = loom_xcalloc(1, sizeof *p);
     p->lib = lib;
-    typedef int (*reasons_fn)(nvml_device, unsigned long long *);
+    typedef int (*u64_query)(nvml_device, unsigned long long *); // the energy's and the reasons' form
     int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
     int (*by_bus)(const char *, nvml_device *) =
         (int (*)(const char *, nvml_device *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
     int (*limit)(nvml_device, unsigned *) =
         (int (*)(nvml_device, unsigned *))dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit");
     p->error_string = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
-    p->energy = (int (*)(nvml_device, unsigned long long *))dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
+    p->energy = (u64_query)dlsym(lib, "nvmlDeviceGetTotalEnergyConsumption");
     p->clock = (int (*)(nvml_device, int, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
-    p->reasons = (reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons"); // the older name below
-    if (!p->reasons) p->reasons = (reasons_fn)dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    p->reasons = (u64_query)dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons"); // the older name below
+    if (!p->reasons) p->reasons = (u64_query)dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
     if (!init || !by_bus || !p->energy || !p->clock) {
         power_free(p);
         return loom_fail(LOOM_EUNSUPPORTED, "update the NVIDIA driver", "%s lacks NVML's energy or clock queries",

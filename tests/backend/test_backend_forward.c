@@ -10,12 +10,7 @@
 // magnitude of what the values are computed from where that is larger (a difference of such
 // values, as a loss or a score, can be near 0 at the small shapes, with one value in the norm)
 static void check_scaled(const char *what, const float *got, const float *want, size_t n, t_shape s, double scale) {
-    double e = 0, big = scale;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        e = d > e || d != d ? (d != d ? INFINITY : d) : e;
-        big = fmax(big, fabs((double)want[i]));
-    }
+    double e = t_max_abs_err(got, want, n), big = fmax(scale, t_max_abs(want, n));
     T_ASSERT(e / big < T_TOL, "%s B=%d T=%d C=%d NH=%d: error %.3g against values of %.3g", what, s.B, s.T, s.C,
              s.NH, e, big);
 }
