@@ -212,6 +212,7 @@ static void test_fused(shape s) {
                           HV(dout, N, C), HV(x, N, C), HV(w, OC, C), HV(p2, N, OC), HV(in2, N, OC), true, HV(w2, C, OC));
         gpu->mlp_backward(gpu, DV(dx, N, C), DV(dfch, N, OC), DV(dfw, OC, C), DV(dfb, OC), DV(dw, C, OC), DV(db, C),
                           DV(dout, N, C), DV(x, N, C), DV(w, OC, C), DV(p2, N, OC), DV(act, N, OC), kept, DV(w2, C, OC));
+        check("mlp dfch", dfch, s);
         check("mlp dinp", dx, s);
         check("mlp dfcw +=", dfw, s);
         check("mlp dfcb +=", dfb, s);
