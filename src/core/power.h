@@ -1,9 +1,9 @@
 // A GPU's power, energy and SM clock through NVML, the NVIDIA Management Library that the driver
 // installs (libnvidia-ml.so.1; LOOM_NVML_LIBRARY names another file). It is opened at run time, so
 // loom builds and runs where it is absent (the CPU, a container without the driver's libraries).
-// Why it matters: an H100 or H200 at full load sits at its power limit (700 W), and the driver
-// lowers the SM clock to stay there, so a step's time follows its energy as much as its kernels'
-// speed (bench/NOTES.md, fourteenth session). `loom bench` reports both.
+// Why it matters: an H100 or H200 at full load runs at or near its power limit (700 W), and the
+// driver lowers the SM clock to stay there, so a step's time follows its energy as much as its
+// kernels' speed (bench/NOTES.md, fourteenth and fifteenth sessions). `loom bench` reports both.
 // Source: NVML API reference (nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetClockInfo,
 // nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetEnforcedPowerLimit).
 #pragma once
