@@ -5,8 +5,8 @@
 // form (pre and out), dinp with and without the GELU backward folded in, dw += and dbias += (dbias
 // from the unrounded gradient), the MLP's backward with its GELU in the casts (test_mlp; with
 // fp8_fast_dgrad under delayed scaling, in the fcproj product's epilogue, gemm_fp8.cu) and its
-// forward with the GELU's output cast from pre (test_mlp_forward), whose transpose the backward
-// takes (test_mlp_kept). A product must match the rounded
+// forward with the GELU's output cast from pre (under delayed scaling in the fc product's epilogue,
+// gemm_fp8.cu: test_mlp_forward), whose transpose the backward takes (test_mlp_kept). A product must match the rounded
 // reference within 1e-2, norm-relative (the bf16 mode's bound: bf16 outputs, dw += rounded twice,
 // the GELU epilogues' own gelu'; 3e-3 to 6e-3 on an H100), and be at least 4 times closer to it
 // than to the unrounded one (about 0.06 away), so a product computed in bf16 fails. Shapes with a
@@ -369,18 +369,20 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites,
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
-#define MLP_FWD_SITE 9 // the fc layer's site (slots 27-29), the fcproj layer's next (30-32)
+#define MLP_FWD_SITE 9        // the fc layer's site (slots 27-29), the fcproj layer's next (30-32)
+#define MLP_FWD_TILES_SITE 24 // the same at 256 tiles (slots 72-77)
 
 // mlp_forward with act not kept and the residual add (res + the MLP, res as the fcproj product's C),
-// two steps, the second on inputs times 0.6, under delayed scaling (the first step scales by the
-// current amaxes, the second by the first's) or the tensorwise recipe (each by its own). The fc
-// product writes pre, and one cast of gelu(pre) gives the fcproj product its FP8 input: act must
-// stay unwritten (NaN) in both steps. In the second, pre must match the fp32 ops on the operands
-// rounded with their scales (inp: delayed, the first step's amax; fcw its own), and out the fp32
-// ops on gelu(pre) (of the device's bf16 pre) rounded with FMAX / amax(gelu) of the first step's
-// pre (delayed) or of its own, and projw rounded; each within 1e-2 and 4 times closer to its
-// reference than to the unrounded ops.
-static void test_mlp_forward(int N, int C, int OC, bool delayed) {
+// two steps at site (the fc layer's; the fcproj layer's next), the second on inputs times 0.6,
+// under delayed scaling (the first step scales by the current amaxes, the second by the first's)
+// or the tensorwise recipe (each by its own). The fc product writes pre, and gelu(pre) reaches the
+// fcproj product only in FP8 (in the second delayed step written by the fc product itself,
+// gemm_fp8.cu; else by one cast of pre): act must stay unwritten (NaN) in both steps. In the
+// second, pre must match the fp32 ops on the operands rounded with their scales (inp: delayed, the
+// first step's amax; fcw its own), and out the fp32 ops on gelu(pre) (of the device's bf16 pre)
+// rounded with FMAX / amax(gelu) of the first step's pre (delayed) or of its own, and projw
+// rounded; each within 1e-2 and 4 times closer to its reference than to the unrounded ops.
+static void test_mlp_forward(int N, int C, int OC, bool delayed, int site) {
     int history = gpu->fp8_history;
     if (!delayed) gpu->fp8_history = 0;
     shape s = {N, 1, C, 1};
@@ -392,7 +394,7 @@ static void test_mlp_forward(int N, int C, int OC, bool delayed) {
     for (size_t i = 0; i < inp.n; i++) x1[i] = 0.6f * inp.h[i];
     buf inp1 = b_from(x1, inp.n, dt);
     size_t written = 0;
-    gpu->fp8_site_fc = MLP_FWD_SITE + (delayed ? 0 : 2), gpu->fp8_site = gpu->fp8_site_fc + 1;
+    gpu->fp8_site_fc = site, gpu->fp8_site = site + 1;
     for (int step = 0; step < 2; step++) {
         gpu->fp8_begin(gpu);
         gpu->mlp_forward(gpu, DV(out, N, C), DV(pre, N, OC), DV(act, N, OC), false, DV(step ? inp1 : inp, N, C),
@@ -818,8 +820,9 @@ static void run_mode(loom_dtype mode, bool quick) {
     test_mlp(256, 768, 3072, true, false, true, false);
     test_mlp(256, 768, 3072, true, false, true, true); // the DGELU in the fcproj product: a tile a block
     if (!quick) test_mlp(4096, 256, 1024, true, true, true, true); // 256 tiles: two a block, the ring across them
-    test_mlp_forward(256, 768, 3072, true);
-    test_mlp_forward(256, 768, 3072, false);
+    test_mlp_forward(256, 768, 3072, true, MLP_FWD_SITE); // the GELU's cast in the fc product: a tile a block
+    test_mlp_forward(256, 768, 3072, false, MLP_FWD_SITE + 2);
+    if (!quick) test_mlp_forward(4096, 256, 1024, true, MLP_FWD_TILES_SITE); // 256 tiles: two a block
     test_mlp_kept(256, 768, 3072, false, true);
     test_mlp_kept(256, 768, 3072, true, true);
     test_mlp_kept(256, 768, 3072, false, false);

@@ -8,6 +8,18 @@ if(LOOM_HAVE_CUDA)
     set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+# gemm_fp8.cu's kernel alone, the program racecheck runs (scripts/device_gpu.sh): built from its own
+# sources, not loomlib, so that no cuBLASLt kernel runs beside it under the sanitizer.
+if(LOOM_HAVE_CUDA)
+  add_executable(sanitize_gemm_fp8 ${CMAKE_CURRENT_LIST_DIR}/sanitize_gemm_fp8.cu
+                 ${CMAKE_SOURCE_DIR}/src/backend/cuda/gemm_fp8.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda/hopper.cu)
+  target_include_directories(sanitize_gemm_fp8 PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_compile_options(sanitize_gemm_fp8 PRIVATE -std=c++20 --Werror=all-warnings
+                         -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Werror -lineinfo)
+  target_link_libraries(sanitize_gemm_fp8 PRIVATE CUDA::cudart)
+  add_test(NAME sanitize_gemm_fp8 COMMAND sanitize_gemm_fp8)
+  set_tests_properties(sanitize_gemm_fp8 PROPERTIES SKIP_RETURN_CODE 77 LABELS cuda)
+endif()
 # The PyTorch fixtures of the model on the GPU: fp32 as tight as the CPU, bf16 loose.
 if(LOOM_HAVE_CUDA)
   foreach(precision fp32 bf16)

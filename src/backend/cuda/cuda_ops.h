@@ -241,10 +241,11 @@ bool cuda_fp8_mlp_backward(loom_cuda *cu, const cuda_gemm *gi_p, const cuda_gemm
                            const void *pre, int site_fc, int site_proj);
 // The MLP's two forward products from FP8 copies with the GELU's output handed over in FP8
 // (either recipe): gf the fc product (no GELU epilogue: D (N,OC) is pre, bf16), gp the fcproj
-// product, whose B (the GELU's output, bf16) is neither written nor read. After gf, one cast reads
-// pre and writes gelu(pre) as E4M3 by the fcproj layer's input scale, rows for gp and the
-// transpose kept for the fcproj layer's backward (cuda_fp8_keep_cols, by pre: its dw product
-// takes it instead of casting gelu(pre) again), raising that input slot's amax. cuBLASLt's GELU
+// product, whose B (the GELU's output, bf16) is neither written nor read. gelu(pre) is written as
+// E4M3 by the fcproj layer's input scale, rows for gp and the transpose kept for the fcproj layer's
+// backward (cuda_fp8_keep_cols, by pre: its dw product takes it instead of casting gelu(pre)
+// again), raising that input slot's amax: under delayed scaling by the fc product itself
+// (cuda_fp8_gelu_gemm), else by one cast that reads pre after cuBLASLt's product. cuBLASLt's GELU
 // epilogue with an FP8 D took 116 us for gpt2's fc product at B=16 on an H200, the product with
 // the bias alone 72 (the cast then 58, where the epilogue's output needed a transpose, 29). The
 // fc layer's casts take the slots of site site_fc, the fcproj layer's those of site_proj.
@@ -279,6 +280,16 @@ typedef struct {
 // 16-byte aligned.
 bool cuda_fp8_dgelu_gemm(loom_cuda *cu, const uint8_t *a8, const float *inv_a, const uint8_t *b8, const float *inv_b,
                          const void *pre, int64_t M, int64_t N, int64_t K, cuda_fp8_dgelu_out out);
+// The fc product of cuda_fp8_mlp_forward with the GELU output's cast in its epilogue (gemm_fp8.cu),
+// under delayed scaling (c.scale: the fcproj layer's input cast): g as matmul.cu builds the forward
+// product (D^T = pre (N,OC) bf16 = in (N,C) w^T + bias (OC), BIAS epilogue or none, no C, beta 0,
+// dense D), w8 (OC,C) and in8 (N,C) its E4M3 copies with their 1/s; writes pre, rows (N,OC) =
+// fp8(gelu(pre) s) and cols (OC,N) its transpose, raising c.record to max |gelu(pre)|: the bytes
+// cuBLASLt's product with fast accumulation and fp8.cu's cast of gelu(pre) write. False, running
+// nothing, without delayed scaling's scale, for another epilogue or a C, with N, OC or C not a
+// multiple of 128 (gpt2-xl's C = 1600), or an operand not 16-byte aligned.
+bool cuda_fp8_gelu_gemm(loom_cuda *cu, const cuda_gemm *g, const uint8_t *w8, const float *inv_w, const uint8_t *in8,
+                        const float *inv_in, uint8_t *rows, uint8_t *cols, fp8_cast c);
 // The cast of operand `role` of the current site (be->fp8_site) under delayed scaling: from the
 // slot's history once it has one, else by the current amax with 1/s into `inv` (and the slot's
 // amax raised either way); without delayed scaling or a site, by the current amax alone.

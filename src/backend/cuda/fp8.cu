@@ -528,17 +528,23 @@ cublasStatus_t cuda_fp8_mlp_forward(loom_cuda *cu, const cuda_gemm *gf, const cu
     fp8_head_clear(cu, h, !cpw.scale || !cfw.scale || !cin.scale || !cact.scale);
     const uint8_t *fw = copy_a(cu, gf, site_fc, CUDA_FP8_WEIGHT, fw8, &cfw, &h.amax[1], as_is(gf->a));
     const uint8_t *in = copy_b(cu, gf, site_fc, CUDA_FP8_INPUT, in8, &cin, &h.amax[2], as_is(gf->b));
-    cublasStatus_t st = fp8_run(cu, gf, fw, cfw.inv, in, cin.inv, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
     // gelu(pre) in FP8 for the fcproj product, and transposed for its backward (kept by pre, whose
-    // GELU it is; sized from the first step on): one read of pre
+    // GELU it is; sized from the first step on): written by the fc product itself under delayed
+    // scaling (gemm_fp8.cu), else by one cast that reads pre after it
     int64_t N = gf->n, OC = gf->m;
     float *inv = NULL;
     uint8_t *act_t = cuda_fp8_keep_cols(cu, site_proj, gf->d, N, OC, true, &inv);
     if (act_t && !cact.scale) cact.inv = inv; // the copy's own 1/s, which the backward takes with it
-    quantize(cu, act8, act_t, cact, &h.amax[3], fp8_src{gf->d, FP8_GELU, NULL}, N, OC, false);
-    const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, &cpw, &h.amax[0], as_is(gp->a));
-    st = fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    if (!act_t || !cuda_fp8_gelu_gemm(cu, gf, fw, cfw.inv, in, cin.inv, act8, act_t, cact)) {
+        st = fp8_run(cu, gf, fw, cfw.inv, in, cin.inv, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            quantize(cu, act8, act_t, cact, &h.amax[3], fp8_src{gf->d, FP8_GELU, NULL}, N, OC, false);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        const uint8_t *pw = copy_a(cu, gp, site_proj, CUDA_FP8_WEIGHT, pw8, &cpw, &h.amax[0], as_is(gp->a));
+        st = fp8_run(cu, gp, pw, cpw.inv, act8, cact.inv, CUDA_FP8_WEIGHT, CUDA_FP8_INPUT);
+    }
     if (st != CUBLAS_STATUS_SUCCESS) cuda_fp8_forget_cols(cu, gf->d); // the plain ops write pre again
     return st;
 }

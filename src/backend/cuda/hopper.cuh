@@ -106,14 +106,18 @@ template <> struct wgmma_bf16<128> {
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
     }
 };
-// d (64 x 128) {+}= A B^T: A (64 x 32) E5M2 and B (128 x 32) E4M3, K-major in shared memory
-// (descriptors)
-__device__ __forceinline__ void wgmma_e5m2_e4m3_128(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3 {" WG_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
-                 : WG_ACC32(0), WG_ACC32(32)
-                 : "l"(a), "l"(b), "r"(accumulate));
+// d (64 x 128) {+}= A B^T: A (64 x 32) E5M2 (A_E5M2) or E4M3 and B (128 x 32) E4M3, K-major in
+// shared memory (descriptors)
+#define WG_FP8_128(A) "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+    "wgmma.mma_async.sync.aligned.m64n128k32.f32." A ".e4m3 {" WG_REGS64 "}, %64, %65, p, 1, 1;\n}\n"
+template <bool A_E5M2>
+__device__ __forceinline__ void wgmma_fp8_128(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+    if constexpr (A_E5M2)
+        asm volatile(WG_FP8_128("e5m2") : WG_ACC32(0), WG_ACC32(32) : "l"(a), "l"(b), "r"(accumulate));
+    else
+        asm volatile(WG_FP8_128("e4m3") : WG_ACC32(0), WG_ACC32(32) : "l"(a), "l"(b), "r"(accumulate));
 }
+#undef WG_FP8_128
 #undef WG_ACC8
 #undef WG_ACC32
 #undef WG_REGS32
