@@ -1,9 +1,9 @@
 // Device helpers of the FP8 casts, shared by fp8.cu's cast kernels, the LayerNorm that writes its
-// output's FP8 copy itself (layernorm.cu) and the fcproj product that writes the fc layer's
-// output-gradient copies (gemm_fp8.cu): what a cast converts from 8 bf16 (as they are, their GELU, or the GELU's
-// backward), packing scaled values into FP8 bytes (round to nearest even, saturated at the
-// format's largest finite), an 8x8 block of FP8 bytes transposed into the cols copy, and raising a
-// slot's amax once a block.
+// output's FP8 copy itself (layernorm.cu) and the MLP's products that write the GELU output's and
+// the fc layer's output-gradient copies in their epilogue (gemm_fp8.cu): what a cast converts from
+// 8 bf16 (as they are, their GELU, or the GELU's backward), packing scaled values into FP8 bytes
+// (round to nearest even, saturated at the format's largest finite), an 8x8 block of FP8 bytes
+// transposed into the cols copy, and raising a slot's amax once a block.
 #pragma once
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/gelu.cuh"
