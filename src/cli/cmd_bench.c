@@ -94,13 +94,14 @@ static void power_note(loom_power **pw, power_use *u) {
     u->last = s.energy_j;
 }
 
-// Median seconds of the forward, the step's micro-batches (forward + backward) and its update;
-// with pw (not NULL), the GPU's power over the timed steps into *use
-static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, double *fb, double *opt, loom_power *pw,
-                       power_use *use) {
+// Median seconds of the forward, the step's micro-batches (forward + backward), its update and
+// this rank's wait for the others (trainer.h's time_wait); with pw (not NULL), the GPU's power
+// over the timed steps into *use
+static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, double *fb, double *opt, double *wait,
+                       loom_power *pw, power_use *use) {
     loom_train_config *c = &t->cfg;
     double *tf = loom_xmalloc((size_t)steps * sizeof(double)), *tfb = loom_xmalloc((size_t)steps * sizeof(double));
-    double *to = loom_xmalloc((size_t)steps * sizeof(double));
+    double *to = loom_xmalloc((size_t)steps * sizeof(double)), *tw = loom_xmalloc((size_t)steps * sizeof(double));
     random_tokens tokens = {loom_xmalloc((size_t)c->batch * c->seq * sizeof(int32_t)),
                             loom_xmalloc((size_t)c->batch * c->seq * sizeof(int32_t)), (size_t)c->batch * c->seq};
     for (size_t i = 0; i < tokens.n; i++) {
@@ -118,15 +119,35 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
         double t1 = loom_now();
         loom_step_result r;
         LOOM_CHECK(loom_train_step(t, random_batch, &tokens, &r) == LOOM_OK);
-        if (i >= 0) tf[i] = t1 - t0, tfb[i] = t->time_fwd_bwd, to[i] = t->time_opt;
+        if (i >= 0) tf[i] = t1 - t0, tfb[i] = t->time_fwd_bwd, to[i] = t->time_opt, tw[i] = t->time_wait;
         if (i >= 0) power_note(&pw, use);
     }
-    *fwd = median(tf, steps), *fb = median(tfb, steps), *opt = median(to, steps);
+    *fwd = median(tf, steps), *fb = median(tfb, steps), *opt = median(to, steps), *wait = median(tw, steps);
     free(tokens.inputs);
     free(tokens.targets);
     free(tf);
     free(tfb);
     free(to);
+    free(tw);
+}
+
+// With several data- or context-parallel ranks: each rank's median wait for the slowest (gathered
+// over the world), printed by rank 0 as the largest and the smallest, a measure of the ranks' skew.
+static loom_status report_wait(loom_comm *world, const loom_trainer *t, double wait) {
+    int W = loom_comm_size(world);
+    double *each = loom_xmalloc((size_t)W * sizeof(double));
+    loom_status s = loom_allgather(world, &wait, each, 1, LOOM_F64, NULL);
+    int lo = 0, hi = 0;
+    for (int r = 1; r < W && s == LOOM_OK; r++) {
+        if (each[r] < each[lo]) lo = r;
+        if (each[r] > each[hi]) hi = r;
+    }
+    if (s == LOOM_OK && t->dp_size * t->cfg.cp > 1)
+        loom_info("wait ms: %.2f on rank %d, %.2f on rank %d: the longest and the shortest median a rank's step waited "
+                  "in the loss's all-reduce, its own micro-batches done, for the slowest rank's (the ranks' skew; "
+                  "within bwd ms)\n", each[hi] * 1e3, hi, each[lo] * 1e3, lo);
+    free(each);
+    return s;
 }
 
 int loom_cmd_bench(int argc, char **argv) {
@@ -207,9 +228,9 @@ int loom_cmd_bench(int argc, char **argv) {
     loom_power *pw = NULL; // the GPU's energy meter, where NVML has one for it
     if (be->pci_bus_id && loom_power_open(&pw, be->pci_bus_id) != LOOM_OK && report)
         loom_info("power: not measured: %s\n", loom_error_message());
-    double fwd, fb, op;
+    double fwd, fb, op, wait;
     power_use use;
-    time_steps(t, warmup, steps, &fwd, &fb, &op, pw, &use);
+    time_steps(t, warmup, steps, &fwd, &fb, &op, &wait, pw, &use);
     size_t n = (size_t)c.global_batch * (size_t)c.seq; // tokens of a step, all ranks
     double step = fb + op, flops = loom_gpt2_flops_per_token(&c.model, c.seq) * (double)n / W; // per rank
     char params[32], peak[32];
@@ -234,6 +255,7 @@ int loom_cmd_bench(int argc, char **argv) {
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
     if (c.cuda_graphs)
         loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
+    if (report_wait(world, t, wait) != LOOM_OK) loom_print_error();
     double span = use.t1 - use.t0;
     if (use.lost[0]) {
         loom_info("power:   not measured: %s\n", use.lost);

@@ -109,7 +109,9 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
         }
     LOOM_TRY(loom_train_fp8_end(t));
     out->loss = sum / A; // each cp rank's is the mean over its chunks: the average is the sequences'
+    double w0 = loom_now(); // the losses were read back: this rank's micro-batches are done
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_DP_CP], &out->loss, 1, LOOM_F64, LOOM_AVG, NULL));
+    t->time_wait = loom_now() - w0;
     double sumsq;
     LOOM_TRY(loom_dp_reduced_grads(t->dp, &t->reduced, &sumsq));
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_MP], &sumsq, 1, LOOM_F64, LOOM_SUM, NULL)); // each parameter once

@@ -135,7 +135,7 @@ loom_status loom_step_graph_step(loom_trainer *t, loom_batch_fn batch, void *ctx
     loom_adamw_scalars(t->opt, &t->cfg.adamw, out->lr, g->host);
     LOOM_TRY(replay(t));
     be->synchronize(be);
-    t->time_fwd_bwd = loom_now() - t0, t->time_opt = 0;
+    t->time_fwd_bwd = loom_now() - t0, t->time_opt = 0, t->time_wait = 0;
     double sum = 0;
     for (int a = 0; a < A; a++) sum += loom_gpt2_mean_loss(g->host_losses + a * g->N, g->N);
     out->loss = sum / A;

@@ -8,7 +8,8 @@
 #   bench_comm: the bench-comm table's rows and bandwidths; unknown --op and --device-comm
 #            values give one error line
 #   bench:   `loom bench` over 2 ranks with several buckets: its row adds up (step = fwd + bwd +
-#            opt, tokens/s = the step's tokens / step); --bucket-mb 0 gives one error line
+#            opt, tokens/s = the step's tokens / step), its wait line is within the step;
+#            --bucket-mb 0 gives one error line
 set -uo pipefail
 CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
 source "$(dirname "$0")/train_lib.sh"
@@ -81,10 +82,15 @@ bench)
   awk -F'|' '/^\| *[0-9]/ { n++; d = $2 - ($3 + $4 + $5); if (d < 0) d = -d; if (d > 0.2) { print "step", $0; bad = 1 }
                             t = 256 / ($2 / 1000); if ($6 < 0.98 * t || $6 > 1.02 * t) { print "tokens/s", $0; bad = 1 } }
        END { exit bad || n != 1 }' out.txt || fail "the bench row does not add up: $(cat out.txt)"
+  # the ranks' waits for the slowest: one line, the longest first, both within the step (a median
+  # of waits, each inside its step's fwd + bwd, is at most the median of those)
+  step=$(awk -F'|' '/^\| *[0-9]/ { print $2 }' out.txt)
+  awk -v step="$step" '/^wait ms: / { n++; hi = $3; lo = $7; if (!(0 <= lo && lo <= hi && hi <= step)) bad = 1 }
+       END { exit bad || n != 1 }' out.txt || fail "the wait line is missing or out of bounds (step $step ms): $(cat out.txt)"
   run 2 bench --model gpt2-mini --bucket-mb 0 --device cpu >/dev/null 2>err.txt && fail "--bucket-mb 0 accepted"
   [ "$(grep -c 'loom: error: ' err.txt)" -eq 1 ] && grep -q -F -- "--bucket-mb must be in (0, 65536], got 0" err.txt ||
     fail "--bucket-mb 0: $(cat err.txt)"
-  echo "ok: bench over 2 ranks: $(grep -E '^\| *[0-9]' out.txt)"
+  echo "ok: bench over 2 ranks: $(grep -E '^\| *[0-9]' out.txt); $(grep -o '^wait ms: [^:]*' out.txt)"
   ;;
 *) fail "unknown case" ;;
 esac
