@@ -13,7 +13,8 @@
 #   3. data parallelism: `loom bench` gpt2 and gpt2-medium, B=16 T=1024 per GPU, on 1 GPU and on 2
 #      with ZeRO 0-3, beside the PyTorch DDP peer (bench/peer/gpt2_torch.py under torchrun) on 1
 #      and 2 (twice on 2, the faster kept): tokens/s, scaling (2-GPU tokens/s / 2 x 1-GPU on GPU 0;
-#      the mark: 95%, aimed at 98%), peak memory per GPU; loom on GPU 1 alone too
+#      the mark: 95%, aimed at 98%), peak memory per GPU, the ranks' waits for each other (the
+#      bench's wait line); loom on GPU 1 alone too
 #   4. tensor and pipeline parallelism: `loom train` of gpt2-medium and gpt2-xl (--recompute gelu)
 #      with tp 2 (gpt2-medium only: gpt2-xl's 25 heads do not split over 2), pp 2 (1f1b, zb-v)
 #      and dp 2 (ZeRO 1), the same global batch: tokens/s and peak per GPU; beside the PyTorch peers
@@ -91,7 +92,8 @@ print(r[0]["tokens_per_s"], two["tokens_per_s"], "%.2f" % two["peak_mem_gib"])' 
         two=$(tps "$OUTDIR/ddp_loom_${m}_2_z$zero.txt")
         row "$m B=16 loom ZeRO $zero: 1 / 2 GPUs" "$(awk -v a="$one" -v b="$two" -v t="$t2" \
             -v p="$(peak "$OUTDIR/ddp_loom_${m}_2_z$zero.txt")" \
-            'BEGIN {printf "%.0f / %.0f tokens/s, scaling %.1f%%, %.3fx DDP, peak %s", a, b, 100 * b / (2 * a), b / t, p}')"
+            'BEGIN {printf "%.0f / %.0f tokens/s, scaling %.1f%%, %.3fx DDP, peak %s", a, b, 100 * b / (2 * a), b / t, p}');\
+ $(grep -o 'wait ms: [0-9.]* on rank [0-9]*, [0-9.]* on rank [0-9]*' "$OUTDIR/ddp_loom_${m}_2_z$zero.txt")"
     done
 done
 
