@@ -134,6 +134,7 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
 // With several data- or context-parallel ranks: each rank's median wait for the slowest (gathered
 // over the world), printed by rank 0 as the largest and the smallest, a measure of the ranks' skew.
 static loom_status report_wait(loom_comm *world, const loom_trainer *t, double wait) {
+    if (t->dp_size * t->cfg.cp == 1) return LOOM_OK; // the same on every rank: nobody waits
     int W = loom_comm_size(world);
     double *each = loom_xmalloc((size_t)W * sizeof(double));
     loom_status s = loom_allgather(world, &wait, each, 1, LOOM_F64, NULL);
@@ -142,7 +143,7 @@ static loom_status report_wait(loom_comm *world, const loom_trainer *t, double w
         if (each[r] < each[lo]) lo = r;
         if (each[r] > each[hi]) hi = r;
     }
-    if (s == LOOM_OK && t->dp_size * t->cfg.cp > 1)
+    if (s == LOOM_OK)
         loom_info("wait ms: %.2f on rank %d, %.2f on rank %d: the longest and the shortest median a rank's step waited "
                   "in the loss's all-reduce, its own micro-batches done, for the slowest rank's (the ranks' skew; "
                   "within bwd ms)\n", each[hi] * 1e3, hi, each[lo] * 1e3, lo);
