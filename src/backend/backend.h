@@ -10,7 +10,9 @@
 // - Shapes use B (batch), T (sequence), C (channels), NH (heads), hs = C/NH (head size),
 //   V (vocabulary), Vp (V padded to a multiple of 128), maxT (model maximum sequence), N (rows).
 // - Parameter gradients accumulate (+=): the caller zeroes them once per optimizer step, so
-//   gradient accumulation and tied weights need nothing special. Activation gradients are
+//   gradient accumulation and tied weights need nothing special; or, with the backend's
+//   grads_write set, the step's first contribution writes them (=) and the buffer needs no
+//   zeroing (below). Activation gradients are
 //   overwritten (=) except where an op says "+=" (LayerNorm's dinp, which carries the
 //   residual stream's gradient through the block).
 // - Shape mismatches are programmer errors and abort with LOOM_CHECK.
@@ -147,6 +149,17 @@ struct loom_backend {
     // rests on timings, so two runs (a run and its resumption too) may pick differently and differ
     // in rounding; within a run it stays. Set before the first product.
     bool gemm_autotune;
+    // Parameter gradients written, not added: while set, the ops write each parameter gradient
+    // they produce (=) where they would add to it (+=): matmul_backward, matmul_gelu_backward and
+    // mlp_backward their dw and dbias, layernorm_backward its dw, db and dsum, attention_backward
+    // its dbias. So a step's first contribution to a gradient needs no zeroed buffer before it
+    // (PyTorch's gradients set to None: the first backward assigns them): 2 bytes an element
+    // not written by a zeroing pass and not read back by the product that adds. The results are
+    // those of adding into zeros, up to the sign of a zero (and, on a GPU, cuBLASLt's choice of
+    // algorithm for a product without C). encoder_backward always adds (it touches only the
+    // rows of the tokens and positions seen); activation gradients (LayerNorm's dinp +=, the
+    // attention's span.accumulate) are not affected. Default false.
+    bool grads_write;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output

@@ -179,6 +179,7 @@ loom_status loom_gpt2_create_layout(loom_gpt2 **out, loom_backend *be, const loo
     m->lnfb = find(m, "lnfb", cfg->num_layers);
     m->block_at = loom_xmalloc((size_t)cfg->num_layers * sizeof(int));
     for (int l = 0; l < cfg->num_layers; l++) m->block_at[l] = find(m, "qkvw", l);
+    m->grads_fresh = loom_xcalloc((size_t)cfg->num_layers + 2, sizeof(bool));
     for (int c = 0; c < layout->stage.num_chunks; c++)
         if (layout->stage.chunk[c].num_blocks > m->chunk_blocks) m->chunk_blocks = layout->stage.chunk[c].num_blocks;
     int64_t Vl = m->wte >= 0 ? m->table.params[m->wte].local_shape[0] : 0;
@@ -212,6 +213,7 @@ void loom_gpt2_free(loom_gpt2 *m) {
     free(m->p);
     free(m->g);
     free(m->block_at);
+    free(m->grads_fresh);
     free(m->slot_B);
     free(m->slot_T);
     free(m);
@@ -399,6 +401,20 @@ loom_tensor loom_gpt2_forward_backward_losses(loom_gpt2 *m, float grad_scale) {
     return gpt2_views_of(m, 0, 0).a.losses;
 }
 
+static void zero_grad(loom_gpt2 *m, int k) {
+    if (k >= 0) m->be->zero(m->be, m->g[k].data, loom_nbytes(&m->g[k]));
+}
+
 void loom_gpt2_zero_grads(loom_gpt2 *m) {
-    if (m->grads) m->be->zero(m->be, m->grads, (size_t)m->num_elements * loom_dtype_size(m->be->dtype));
+    if (!m->grads) return;
+    if (m->split_backward) {
+        m->be->zero(m->be, m->grads, (size_t)m->num_elements * loom_dtype_size(m->be->dtype));
+        return;
+    }
+    int L = m->cfg.num_layers;
+    for (int l = 0; l < L; l++) m->grads_fresh[l] = m->block_at[l] >= 0;
+    m->grads_fresh[L] = m->lnfw >= 0;
+    m->grads_fresh[L + 1] = m->wte >= 0 && m->layout.stage.head;
+    zero_grad(m, m->wpe); // the embedding's backward adds the rows of the positions seen
+    if (!m->layout.stage.head) zero_grad(m, m->wte); // and of the tokens seen
 }

@@ -93,6 +93,10 @@ typedef struct {
     void *grads;             // (num_elements) be->dtype, NULL unless allocated for training
     loom_tensor *p, *g;      // (table.count) views into the two
     int *block_at;           // (L) table index of block l's first tensor; -1 when not in this stage
+    // (L + 2) whether the next backward writes (backend.h's grads_write) instead of adding: block l's
+    // twelve gradients [l], the final LayerNorm's [L], the output layer's wte [L + 1]; set by
+    // loom_gpt2_zero_grads, cleared by the backward that writes them
+    bool *grads_fresh;
     int chunk_blocks;        // nb: the most blocks of any chunk
     int wte, wpe, lnfw, lnfb; // table indices (-1: not in this stage)
     int NH;                  // heads of this shard (NHl)
@@ -191,7 +195,14 @@ double loom_gpt2_loss(loom_gpt2 *m, const int32_t *inputs, const int32_t *target
 // loom_gpt2_alloc(..., training=true).
 double loom_gpt2_forward_backward(loom_gpt2 *m, const int32_t *inputs, const int32_t *targets,
                                   int B, int T, float grad_scale);
-void loom_gpt2_zero_grads(loom_gpt2 *m); // the model's own (external gradients are their owner's)
+// Starts the model's own gradients over (external ones are their owner's): the backward that
+// follows finds them zero. Each tensor that some op of the next backward writes whole (every block
+// tensor, the final LayerNorm's, and wte where this stage has the output layer) is marked to be
+// written there (grads_fresh), not zeroed: no pass over the buffer, and no read of it by the
+// products that would add (PyTorch's gradients set to None). The others are zeroed: wpe, and wte
+// of a stage with the embedding alone. Read before that backward, the marked ones hold stale
+// values. With split_backward (a weight pass apart) the whole buffer is zeroed, as before.
+void loom_gpt2_zero_grads(loom_gpt2 *m);
 // At a training step's start (after the backend's fp8_begin): has the backend make the FP8 copies
 // of this object's block weights for the step in one launch (backend.h's fp8_weights), each named
 // by its layer's site as the matmul ops name it. Nothing when the backend has no such op or the

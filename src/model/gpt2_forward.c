@@ -291,6 +291,7 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     int i = l - v->first;
     bool all = part == LOOM_GRAD_ALL;
     block_douts d = douts_of(v, l, part);
+    be->grads_write = m->grads_fresh[l]; // each op below writes or adds its own tensors (set only for ALL)
     if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, v, l, x); // the block's activations again
     loom_tensor atty = layer(&a->atty, i), none = no_tensor(), fcw, projw;
     loom_tensor datty = LOOM_VIEW(v->dbtc.data, be->dtype, v->B, v->T, loom_cols(&atty)); // (B,T,Cl)
@@ -322,6 +323,7 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     tp_reduce(m, v->dlocal, v->dbtc);
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), none, v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));
+    be->grads_write = m->grads_fresh[l] = false;
     no_site(m);
 }
 
@@ -384,9 +386,12 @@ static void head(loom_gpt2 *m, const gpt2_views *v, float dloss, bool backward) 
         loom_tensor targets = LOOM_VIEW((int32_t *)a->targets.data + r0, LOOM_I32, n);
         be->matmul_forward(be, logits, lnf, m->p[m->wte], no_tensor());
         crossentropy(m, losses, logits, targets, dloss, backward);
-        if (backward)
+        if (backward) { // the first chunk writes dwte when it is fresh, the others add
+            be->grads_write = m->grads_fresh[m->cfg.num_layers + 1];
             be->matmul_backward(be, loom_row_slice(&v->dbtc, r0, r1), m->g[m->wte], no_tensor(), logits, lnf,
                                 m->p[m->wte]);
+            be->grads_write = m->grads_fresh[m->cfg.num_layers + 1] = false;
+        }
     }
     be->fp8 = fp8;
     if (backward) tp_reduce(m, a->dlnf, v->dbtc);
@@ -444,8 +449,10 @@ loom_tensor loom_gpt2_stage_backward(loom_gpt2 *m, int slot, int chunk, loom_ten
         loom_hooks_run(&m->hooks, LOOM_HOOK_BACKWARD, L);
         gpt2_offload_before_backward(m, &v, v.nblocks); // the last block's output resident
         be->zero(be, v.dres.data, loom_nbytes(&v.dres));
+        be->grads_write = m->grads_fresh[L];
         be->layernorm_backward(be, v.dres, m->g[m->lnfw], m->g[m->lnfb], no_tensor(), v.a.dlnf, block_input(&v, last),
                                m->p[m->lnfw], v.a.lnf_mean, v.a.lnf_rstd);
+        be->grads_write = m->grads_fresh[L] = false;
         loom_hooks_run(&m->hooks, LOOM_HOOK_GRADS, L);
     } else {
         LOOM_CHECK(loom_numel(&dout) == loom_numel(&v.dres));

@@ -2,7 +2,8 @@
 // accumulate-vs-overwrite contract of backend.h: "+=" outputs start from random values (so
 // the test sees that they add), "=" outputs start as NaN (so it sees that every element is
 // written); a second call doubles the parameter gradients and LayerNorm's dinp, and leaves
-// matmul's dinp and attention's dqkv as they were.
+// matmul's dinp and attention's dqkv as they were. With the backend's grads_write the parameter
+// gradients start as NaN and must come out written.
 #include "backend_test.h"
 #include "ref.h"
 
@@ -147,6 +148,55 @@ static void test_attention(t_shape s) {
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref), free(db), free(rdb);
 }
 
+// backend.h's grads_write: the parameter gradients start as NaN and come out as the references
+// from zero (every element written); LayerNorm's dinp, an activation gradient, still adds
+static void test_grads_write(t_shape s) {
+    int N = s.B * s.T, C = s.C, OC = 4 * s.C + 3, n = s.B * s.T * s.C, NC = 3 * s.C;
+    size_t nc = (size_t)N * C;
+    t_be->grads_write = true;
+    float *x = t_randn(nc, 2), *w = t_randn((size_t)C, 1), *b = t_randn((size_t)C, 1), *dout = t_randn(nc, 1);
+    float *out = t_nans(nc), *mean = t_nans((size_t)N), *rstd = t_nans((size_t)N);
+    float *dx = t_randn(nc, 1), *rdx = t_dup(dx, nc), *dw = t_nans((size_t)C), *db = t_nans((size_t)C);
+    float *ds = t_nans((size_t)C), *rdw = calloc((size_t)C, 4), *rdb = calloc((size_t)C, 4), *rds = calloc((size_t)C, 4);
+    loom_tensor xv = LOOM_VIEW(x, F32, N, C), wv = LOOM_VIEW(w, F32, C), mv = LOOM_VIEW(mean, F32, N);
+    loom_tensor rv = LOOM_VIEW(rstd, F32, N), dyv = LOOM_VIEW(dout, F32, N, C);
+    t_be->layernorm_forward(t_be, LOOM_VIEW(out, F32, N, C), mv, rv, xv, wv, LOOM_VIEW(b, F32, C));
+    t_be->layernorm_backward(t_be, LOOM_VIEW(dx, F32, N, C), LOOM_VIEW(dw, F32, C), LOOM_VIEW(db, F32, C),
+                             LOOM_VIEW(ds, F32, C), dyv, xv, wv, mv, rv);
+    ref_layernorm_backward(rdx, rdw, rdb, dout, x, w, N, C);
+    ref_column_sums(rds, rdx, N, C);
+    check("grads_write layernorm dinp (+=)", dx, rdx, nc, s);
+    check("grads_write layernorm dw", dw, rdw, (size_t)C, s);
+    check("grads_write layernorm db", db, rdb, (size_t)C, s);
+    check("grads_write layernorm dsum", ds, rds, (size_t)C, s);
+    // the matmul's dw and dbias (dinp written as always)
+    float *wm = t_randn((size_t)OC * C, 0.2f), *dym = t_randn((size_t)N * OC, 1), *dxm = t_nans(nc);
+    float *dwm = t_nans((size_t)OC * C), *dbm = t_nans((size_t)OC), *rdxm = t_nans(nc);
+    float *rdwm = calloc((size_t)OC * C, 4), *rdbm = calloc((size_t)OC, 4);
+    t_be->matmul_backward(t_be, LOOM_VIEW(dxm, F32, N, C), LOOM_VIEW(dwm, F32, OC, C), LOOM_VIEW(dbm, F32, OC),
+                          LOOM_VIEW(dym, F32, N, OC), xv, LOOM_VIEW(wm, F32, OC, C));
+    ref_matmul_backward(rdxm, rdwm, rdbm, dym, x, wm, N, C, OC);
+    check("grads_write matmul dw", dwm, rdwm, (size_t)OC * C, s);
+    check("grads_write matmul dbias", dbm, rdbm, (size_t)OC, s);
+    // the attention's dbias
+    float *qkv = t_randn((size_t)(3 * n), 1.5f), *da = t_randn((size_t)n, 1), *oa = t_nans((size_t)n);
+    float *la = t_nans((size_t)s.B * s.NH * s.T), *dqkv = t_nans((size_t)(3 * n)), *ref = t_nans((size_t)(3 * n));
+    float *dba = t_nans((size_t)NC), *rdba = calloc((size_t)NC, 4);
+    loom_tensor qv = LOOM_VIEW(qkv, F32, s.B, s.T, NC), ov = LOOM_VIEW(oa, F32, s.B, s.T, C);
+    loom_tensor lv = LOOM_VIEW(la, F32, s.B, s.NH, s.T);
+    t_be->attention_forward(t_be, ov, lv, qv, qv, s.NH, LOOM_ATTN_CAUSAL);
+    t_be->attention_backward(t_be, LOOM_VIEW(dqkv, F32, s.B, s.T, NC), LOOM_VIEW(dqkv, F32, s.B, s.T, NC),
+                             LOOM_VIEW(dba, F32, NC), LOOM_VIEW(da, F32, s.B, s.T, C), qv, qv, ov, lv, s.NH,
+                             LOOM_ATTN_CAUSAL);
+    ref_attention_backward(ref, da, qkv, s.B, s.T, C, s.NH);
+    ref_column_sums(rdba, ref, N, NC);
+    check("grads_write attention dbias", dba, rdba, (size_t)NC, s);
+    t_be->grads_write = false;
+    free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(dx), free(rdx), free(dw), free(db);
+    free(ds), free(rdw), free(rdb), free(rds), free(wm), free(dym), free(dxm), free(dwm), free(dbm), free(rdxm);
+    free(rdwm), free(rdbm), free(qkv), free(da), free(oa), free(la), free(dqkv), free(ref), free(dba), free(rdba);
+}
+
 static void test_gelu(t_shape s) {
     int n = s.B * s.T * 4 * s.C;
     float *x = t_randn((size_t)n, 3), *dout = t_randn((size_t)n, 1), *dx = t_nans((size_t)n);
@@ -187,6 +237,7 @@ int main(void) {
         test_layernorm(s);
         test_matmul(s);
         test_attention(s);
+        test_grads_write(s);
         test_gelu(s);
         test_crossentropy(s);
     }

@@ -102,7 +102,7 @@ static inline int32_t *d_ints(const int32_t *x, size_t n) {
 }
 
 // ---- comparison, and the worst error per op and mode for the summary ----
-#define MAX_OPS 64
+#define MAX_OPS 96
 static struct {
     const char *name;
     double worst[2];

@@ -121,7 +121,21 @@ static void test_layernorm(shape s) {
     download_as(r1, dx.d, nx, dt), download_as(r2, dx2.d, nx, dt);
     T_ASSERT(memcmp(r1, r2, nx * 4) == 0, "layernorm dinp differs with dsum");
     free(h), free(r1);
-    buf *all[] = {&x, &w, &b, &out, &mean, &rstd, &mu, &rs, &dout, &dx, &dw, &db, &ds, &dx2, &dw2, &db2};
+    // with the backends' grads_write, dw, db and dsum from NaN (written), dinp from random (added)
+    buf dx3 = b_randn((size_t)N * C, 1, dt), dw3 = b_nans((size_t)C, dt), db3 = b_nans((size_t)C, dt);
+    buf ds3 = b_nans((size_t)C, dt);
+    cpu->grads_write = gpu->grads_write = true;
+    cpu->layernorm_backward(cpu, HV(dx3, N, C), HV(dw3, C), HV(db3, C), HV(ds3, C), HV(dout, N, C), HV(x, N, C),
+                            HV(w, C), HV(mu, N), HV(rs, N));
+    gpu->layernorm_backward(gpu, DV(dx3, N, C), DV(dw3, C), DV(db3, C), DV(ds3, C), DV(dout, N, C), DV(x, N, C),
+                            DV(w, C), DV(mu, N), DV(rs, N));
+    cpu->grads_write = gpu->grads_write = false;
+    check("layernorm dinp += (grads_write)", dx3, s);
+    check("layernorm dw = (grads_write)", dw3, s);
+    check("layernorm db = (grads_write)", db3, s);
+    check("layernorm dsum = (grads_write)", ds3, s);
+    buf *all[] = {&x, &w, &b, &out, &mean, &rstd, &mu, &rs, &dout, &dx, &dw, &db, &ds, &dx2, &dw2, &db2,
+                  &dx3, &dw3, &db3, &ds3};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
@@ -154,7 +168,15 @@ static void test_matmul(shape s, bool ragged) {
     cpu->matmul_backward(cpu, none, HV(dw2, OC, C), none, HV(dout, N, OC), HV(x, N, C), HV(w, OC, C));
     gpu->matmul_backward(gpu, none, DV(dw2, OC, C), none, DV(dout, N, OC), DV(x, N, C), DV(w, OC, C));
     check("matmul dw += (no dinp, dbias)", dw2, s);
-    buf *all[] = {&x, &w, &bias, &out, &dout, &dinp, &dw, &dbias, &dw2};
+    // with the backends' grads_write, dw and dbias from NaN: every element written
+    buf dw3 = b_nans((size_t)OC * C, dt), db3 = b_nans((size_t)OC, dt);
+    cpu->grads_write = gpu->grads_write = true;
+    cpu->matmul_backward(cpu, none, HV(dw3, OC, C), HV(db3, OC), HV(dout, N, OC), HV(x, N, C), HV(w, OC, C));
+    gpu->matmul_backward(gpu, none, DV(dw3, OC, C), DV(db3, OC), DV(dout, N, OC), DV(x, N, C), DV(w, OC, C));
+    cpu->grads_write = gpu->grads_write = false;
+    check("matmul dw = (grads_write)", dw3, s);
+    check("matmul dbias = (grads_write)", db3, s);
+    buf *all[] = {&x, &w, &bias, &out, &dout, &dinp, &dw, &dbias, &dw2, &dw3, &db3};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 

@@ -1,7 +1,8 @@
 // The whole model on a GPU against the CPU reference: the same initial parameters (the
 // layout-invariant RNG of gpt2_params.c), the same random batch, one forward and backward;
 // the loss and every parameter tensor's gradient are compared, in fp32 mode and in bf16 mode,
-// for a tiny config and for gpt2 (124M) at B=2, T=256.
+// for a tiny config and for gpt2 (124M) at B=2, T=256. The gradient buffers hold NaN before
+// zero_grads, so a tensor the backward neither writes nor adds to a zeroed one fails.
 //   test_gpt2_devices [DEVICE]          (default cuda; exit 77 when there is none)
 // Bounds: fp32 loss within 1e-5 and each gradient tensor within 1e-4 (norm-relative); bf16
 // loss within 1e-2 and each gradient tensor within 5e-2 (bf16 activations and gradients keep
@@ -20,6 +21,11 @@ static double run(loom_backend *be, const loom_gpt2_config *cfg, const int32_t *
     LOOM_CHECK(loom_gpt2_create(&m, be, cfg) == LOOM_OK);
     loom_gpt2_init(m, 4242);
     LOOM_CHECK(loom_gpt2_alloc(m, B, T, true) == LOOM_OK);
+    size_t bytes = (size_t)m->num_elements * loom_dtype_size(be->dtype);
+    void *nan = loom_xmalloc(bytes); // every byte 0xFF, NaN in fp32 and bf16: zero_grads must leave no
+    memset(nan, 0xFF, bytes);        // tensor that the backward neither writes nor adds to a zero
+    be->upload(be, m->grads, nan, bytes);
+    free(nan);
     loom_gpt2_zero_grads(m);
     double loss = loom_gpt2_forward_backward(m, x, y, B, T, 1.0f);
     *n = m->num_elements;

@@ -78,6 +78,19 @@ static loom_gpt2 *tiny_model(loom_backend *be, uint64_t seed, int32_t *x, int32_
     return m;
 }
 
+// Every byte of the gradient buffer 0xFF: NaN in fp32 and in bf16
+static void poison_grads(loom_gpt2 *m) {
+    size_t bytes = (size_t)m->num_elements * loom_dtype_size(m->be->dtype);
+    void *h = malloc(bytes);
+    memset(h, 0xFF, bytes);
+    m->be->upload(m->be, m->grads, h, bytes);
+    free(h);
+}
+
+// Also: zero_grads leaves most tensors to be written by the next backward (grads_fresh, backend.h's
+// grads_write) instead of zeroing them, so a buffer of NaN before it must give what a zeroed one
+// gives (equal values: a written zero may be -0 where an added one is +0), and a second micro-batch
+// must add.
 static void test_accumulation(loom_backend *be, uint64_t seed) {
     int B = 2, T = 19;
     int32_t x[2 * 2 * 19], y[2 * 2 * 19];
@@ -88,6 +101,14 @@ static void test_accumulation(loom_backend *be, uint64_t seed) {
     loom_gpt2_zero_grads(m);
     double l_whole = loom_gpt2_forward_backward(m, x, y, 2 * B, T, 1.0f);
     loom_gpt2_get_grads(m, whole);
+    poison_grads(m);
+    loom_gpt2_zero_grads(m);
+    loom_gpt2_forward_backward(m, x, y, 2 * B, T, 1.0f);
+    loom_gpt2_get_grads(m, accum);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < m->num_elements; i++) differ += !(accum[i] == whole[i]);
+    T_ASSERT(differ == 0, "%lld gradients differ after zero_grads over NaN", (long long)differ);
+    poison_grads(m);
     loom_gpt2_zero_grads(m);
     double l1 = loom_gpt2_forward_backward(m, x, y, B, T, 0.5f);
     double l2 = loom_gpt2_forward_backward(m, x + B * T, y + B * T, B, T, 0.5f);

@@ -177,8 +177,8 @@ void cpu_attention_backward(loom_backend *be, loom_tensor dq, loom_tensor dkv, l
     }
     if (dbias.data) { // the q columns, then the k and v columns: the sums matmul_backward makes of a dqkv
         float *db = cpu_f32(dbias);
-        cpu_column_sums(db, dxq, d.B * d.Tq, d.C, d.ldq);
-        cpu_column_sums(db + d.C, dxkv + d.ldk - 2 * d.C, d.B * d.Tk, 2 * d.C, d.ldk);
+        cpu_column_sums(db, dxq, d.B * d.Tq, d.C, d.ldq, !be->grads_write);
+        cpu_column_sums(db + d.C, dxkv + d.ldk - 2 * d.C, d.B * d.Tk, 2 * d.C, d.ldk, !be->grads_write);
     }
 }
 

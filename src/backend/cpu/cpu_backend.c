@@ -79,6 +79,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .fp8_site_fc = -1, // no FP8 here (the fp8_ ops NULL)
         .fp8_site_ln = -1,
         .fp8_ln_copy_only = false,
+        .grads_write = false,
         .chunk_bytes = (size_t)32 << 20,
         .alloc = cpu_alloc,
         .free = cpu_free,

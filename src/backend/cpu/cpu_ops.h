@@ -28,11 +28,12 @@ static inline int64_t cpu_shard_index(int64_t v, int vocab_start, int64_t n) {
 static inline int64_t cpu_row_chunks(int64_t rows) {
     return (rows + CPU_ROW_CHUNK - 1) / CPU_ROW_CHUNK;
 }
-// dst[i] += sum over p in [0, nparts) in order of partials[p * stride + i], for i in [0, n)
-void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t stride, int64_t n);
-// dst (n) += the column sums of x (N rows of n columns, row stride ld), chunked as above (the
-// bias gradients: a column's sum does not depend on the other columns summed with it)
-void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t ld);
+// dst[i] += (add) or = (not add) the sum over p in [0, nparts) in order of partials[p * stride + i],
+// for i in [0, n)
+void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t stride, int64_t n, bool add);
+// dst (n) += (add) or = the column sums of x (N rows of n columns, row stride ld), chunked as above
+// (the bias gradients: a column's sum does not depend on the other columns summed with it)
+void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t ld, bool add);
 
 void cpu_encoder_forward(loom_backend *be, loom_tensor out, loom_tensor tokens, loom_tensor wte,
                          loom_tensor wpe, int vocab_start);

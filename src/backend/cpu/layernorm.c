@@ -61,7 +61,7 @@ static void layernorm_backward_row(float *restrict dx, float *restrict pdw, floa
 void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor db, loom_tensor dsum,
                             loom_tensor dout, loom_tensor inp, loom_tensor w, loom_tensor mean,
                             loom_tensor rstd) {
-    float *dx = cpu_f32(dinp), *dwp = cpu_f32(dw), *dbp = cpu_f32(db); // (N,C) +=, (C) +=, (C) +=
+    float *dx = cpu_f32(dinp), *dwp = cpu_f32(dw), *dbp = cpu_f32(db); // (N,C) +=, (C) += (or =), (C) += (or =)
     const float *dy = cpu_f32(dout), *x = cpu_f32(inp), *wp = cpu_f32(w); // (N,C), (N,C), (C)
     const float *mu = cpu_f32(mean), *rs = cpu_f32(rstd); // (N), (N)
     int64_t N = loom_rows(&inp), C = loom_cols(&inp);
@@ -78,8 +78,9 @@ void cpu_layernorm_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, 
             layernorm_backward_row(dx + n * C, pdw, pdb, dy + n * C, x + n * C, wp, mu[n], rs[n],
                                    C);
     }
-    cpu_add_partials(dwp, part, nchunk, 2 * C, C);
-    cpu_add_partials(dbp, part + C, nchunk, 2 * C, C);
+    bool add = !be->grads_write;
+    cpu_add_partials(dwp, part, nchunk, 2 * C, C, add);
+    cpu_add_partials(dbp, part + C, nchunk, 2 * C, C, add);
     free(part);
-    if (dsum.data) cpu_column_sums(cpu_f32(dsum), dx, N, C, C); // matmul_backward's bias sum
+    if (dsum.data) cpu_column_sums(cpu_f32(dsum), dx, N, C, C, add); // matmul_backward's bias sum
 }

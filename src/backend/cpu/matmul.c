@@ -42,9 +42,9 @@ void cpu_matmul_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loo
     if (!dw.data) return;
     LOOM_CHECK(loom_rows(&dw) == OC && loom_cols(&dw) == C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)OC, (int)C, (int)N, 1.0f, d, (int)OC,
-                x, (int)C, 1.0f, cpu_f32(dw), (int)C); // (OC,C) +=
+                x, (int)C, be->grads_write ? 0.0f : 1.0f, cpu_f32(dw), (int)C); // (OC,C) += (or =)
     if (dbias.data) {
         LOOM_CHECK(loom_numel(&dbias) == OC);
-        cpu_column_sums(cpu_f32(dbias), d, N, OC, OC);
+        cpu_column_sums(cpu_f32(dbias), d, N, OC, OC, !be->grads_write);
     }
 }

@@ -7,17 +7,16 @@
 
 #define SUMSQ_CHUNK (1 << 15) // elements per fp64 partial sum
 
-void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t stride,
-                      int64_t n) {
+void cpu_add_partials(float *dst, const float *partials, int64_t nparts, int64_t stride, int64_t n, bool add) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float s = 0.0f;
         for (int64_t p = 0; p < nparts; p++) s += partials[p * stride + i];
-        dst[i] += s;
+        dst[i] = add ? dst[i] + s : s;
     }
 }
 
-void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t ld) {
+void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t ld, bool add) {
     int64_t nchunk = cpu_row_chunks(N);
     float *part = loom_xcalloc((size_t)(nchunk > 0 ? nchunk : 1) * (size_t)n, sizeof(float));
 #pragma omp parallel for schedule(static)
@@ -29,7 +28,7 @@ void cpu_column_sums(float *dst, const float *x, int64_t N, int64_t n, int64_t l
             for (int64_t c = 0; c < n; c++) p[c] += xr[c];
         }
     }
-    cpu_add_partials(dst, part, nchunk, n, n);
+    cpu_add_partials(dst, part, nchunk, n, n, add);
     free(part);
 }
 

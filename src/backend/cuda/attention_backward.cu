@@ -178,8 +178,8 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
                 (size_t)AB_WARPS * (4 * d.hs + 64) * sizeof(float), a);
     if (dbias.data) { // written (not accumulated): the column sums of dq's q columns, then of dkv's k, v columns
         size_t es = bf ? 2 : 4;
-        cuda_column_sums(cu, dbias.data, dq.data, (int64_t)d.B * d.Tq, d.C, d.ldq, bf);
+        cuda_column_sums(cu, dbias.data, dq.data, (int64_t)d.B * d.Tq, d.C, d.ldq, bf, !be->grads_write);
         cuda_column_sums(cu, (char *)dbias.data + (size_t)d.C * es, (char *)dkv.data + (size_t)(d.ldk - 2 * d.C) * es,
-                         (int64_t)d.B * d.Tk, 2 * d.C, d.ldk, bf);
+                         (int64_t)d.B * d.Tk, 2 * d.C, d.ldk, bf, !be->grads_write);
     }
 }

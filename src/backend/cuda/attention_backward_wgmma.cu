@@ -480,5 +480,5 @@ void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, c
         launch_backward<64>(cu, &a, q, kv);
     else
         launch_backward<128>(cu, &a, q, kv);
-    if (bpart) cuda_add_partials(cu, dbias, true, bpart, nparts, 3 * d.C, 3 * d.C);
+    if (bpart) cuda_add_partials(cu, dbias, true, !cu->base.grads_write, bpart, nparts, 3 * d.C, 3 * d.C);
 }

@@ -206,6 +206,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .fp8_site_ln = -1,
         .fp8_ln_copy_only = false,
         .gemm_autotune = false,
+        .grads_write = false,
         .bytes_in_use = 0,
         .peak_bytes = 0,
         .host_bytes_in_use = 0,

@@ -174,16 +174,17 @@ __host__ __device__ __forceinline__ int cuda_shard_index(int v, int vocab_start,
 // Row chunks of an (N, n) array: partial sums over fixed row chunks, then the chunks' sums
 // added in chunk order. The chunking depends only on N, so results repeat bit for bit.
 int64_t cuda_row_chunk(int64_t N);
-// dst[i] += sum over p of partials[p * stride + i] (fp32) in a fixed order; dst bf16 where dst_bf, else fp32
-void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const float *partials, int64_t nparts, int64_t stride,
-                       int64_t n);
+// dst[i] += (add) or = (not add: the backend's grads_write) the sum over p of partials[p * stride + i]
+// (fp32) in a fixed order; dst bf16 where dst_bf, else fp32
+void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, bool add, const float *partials, int64_t nparts,
+                       int64_t stride, int64_t n);
 // The same over ndst * n columns, column i going to dst[i / n][i % n] (up to three sums of n
 // values, e.g. the LayerNorm backward's dw, db and dinp column sums, in one launch)
-void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const float *partials,
+void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, bool add, const float *partials,
                          int64_t nparts, int64_t stride, int64_t n);
-// dst (n) += column sums of x (N rows of n columns, row stride ld elements) of dtype bf ? bf16 : fp32,
-// deterministically
-void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf);
+// dst (n) += (add) or = column sums of x (N rows of n columns, row stride ld elements) of dtype
+// bf ? bf16 : fp32, deterministically
+void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf, bool add);
 
 // ---- cuBLASLt products (matmul.cu) ----
 // D (m,n) = op(A) op(B) + beta C, column-major, leading dimensions in elements; A, B, C and D of

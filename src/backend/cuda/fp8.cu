@@ -419,13 +419,14 @@ static const uint8_t *copy_input_t(loom_cuda *cu, int site, const cuda_gemm *gw,
 }
 
 // The dw product gw of layer `site` from dout's cols and the input's copy (copy_input_t), then
-// dbias (OC, when not NULL) += dout's column sums where the product ran
+// dbias (OC, when not NULL) += (or =, grads_write) dout's column sums where the product ran
 static cublasStatus_t dw_backward(loom_cuda *cu, int site, const cuda_gemm *gw, void *dbias, fp8_dout d, fp8_src x,
                                   uint8_t *a8, fp8_cast cx, unsigned *amax) {
     const uint8_t *xt = copy_input_t(cu, site, gw, x, a8, &cx, amax);
     cublasStatus_t st = fp8_run(cu, gw, xt, cx.inv, d.cols, d.inv, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
     if (dbias && st == CUBLAS_STATUS_SUCCESS)
-        cuda_add_partials(cu, dbias, true, d.colpart, (gw->k + d.chunk - 1) / d.chunk, gw->n, gw->n);
+        cuda_add_partials(cu, dbias, true, !cu->base.grads_write, d.colpart, (gw->k + d.chunk - 1) / d.chunk, gw->n,
+                          gw->n);
     return st;
 }
 

@@ -396,6 +396,6 @@ extern "C" void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom
                     (const T *)inp.data, (const T *)w.data, cuda_f32(mean), cuda_f32(rstd), N, (int)C, chunk, S);
     });
     void *dst[] = {dw.data, db.data, dsum.data};
-    cuda_add_partials_n(cu, dst, S, bf, part, nchunks, S * C, C);
-    if (dsum.data && S == 2) cuda_column_sums(cu, dsum.data, dinp.data, N, C, C, bf);
+    cuda_add_partials_n(cu, dst, S, bf, !be->grads_write, part, nchunks, S * C, C);
+    if (dsum.data && S == 2) cuda_column_sums(cu, dsum.data, dinp.data, N, C, C, bf, !be->grads_write);
 }

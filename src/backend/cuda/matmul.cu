@@ -4,8 +4,8 @@
 // row-major (R, K) array is handed over as the column-major (K, R) array it is in memory:
 //   forward  out^T (OC,N)  = w^T[C,OC]^T * inp^T (C,N)          + bias   (BIAS epilogue)
 //   dinp     dinp^T (C,N)  = w^T (C,OC) * dout^T (OC,N)
-//   dw       dw^T (C,OC)  += inp^T (C,N) * (dout^T (OC,N))^T             (beta = 1)
-//   dbias (OC) += column sums of dout (reduce.cu: deterministic; cuBLASLt's BGRADB epilogue ran
+//   dw       dw^T (C,OC)  += inp^T (C,N) * (dout^T (OC,N))^T             (beta = 1; 0: grads_write)
+//   dbias (OC) += (or =) column sums of dout (reduce.cu: deterministic; cuBLASLt's BGRADB epilogue ran
 //                 as a kernel of its own after the product anyway, and a slower one: for gpt2's
 //                 fc layer at B=16 T=1024 on an H100 46 us, against 38 us for ours)
 // The MLP's GELU rides on epilogues in bf16 (as llm.c's gelu_fusion): GELU_AUX_BIAS writes
@@ -334,9 +334,10 @@ static cuda_gemm dinp_gemm(loom_tensor dinp, loom_tensor dout, loom_tensor w) {
     return dense_gemm(w.data, dout.data, dinp.data, loom_cols(&w), loom_rows(&dout), loom_cols(&dout), false, false,
                       0.0f);
 }
-static cuda_gemm dw_gemm(loom_tensor dw, loom_tensor dout, loom_tensor inp) {
+// dw (OC,C) += dout^T inp, or = with the backend's grads_write (beta 0: C not read)
+static cuda_gemm dw_gemm(loom_backend *be, loom_tensor dw, loom_tensor dout, loom_tensor inp) {
     return dense_gemm(inp.data, dout.data, dw.data, loom_cols(&inp), loom_cols(&dout), loom_rows(&inp), false, true,
-                      1.0f);
+                      be->grads_write ? 0.0f : 1.0f);
 }
 
 // dinp = dout @ w, times gelu'(pre) when pre.data (bf16: the DGELU epilogue; otherwise the GELU
@@ -358,15 +359,15 @@ static void matmul_dinp(loom_backend *be, loom_tensor dinp, loom_tensor dout, lo
     if (pre.data) cuda_gelu_backward(be, dinp, pre, dinp);
 }
 
-// The dw product gw (unless done: it ran, and dbias with it), then dbias (OC) += column sums of
-// dout when dbias.data
+// The dw product gw (unless done: it ran, and dbias with it), then dbias (OC) += (or =, grads_write)
+// column sums of dout when dbias.data
 static void matmul_dw(loom_backend *be, const cuda_gemm *gw, bool done, loom_tensor dbias, loom_tensor dout) {
     if (done) return;
     cuda_fp8_unpromised(cuda_of(be), gw->a, be->fp8_site, "weight-gradient product");
     must_product(cuda_of(be), gw, CUDA_FP8_INPUT, CUDA_FP8_GRAD);
     if (dbias.data)
         cuda_column_sums(cuda_of(be), dbias.data, dout.data, loom_rows(&dout), loom_cols(&dout), loom_cols(&dout),
-                         cuda_act(be, dout));
+                         cuda_act(be, dout), !be->grads_write);
 }
 
 static void check_backward(loom_backend *be, loom_tensor dinp, loom_tensor dw, loom_tensor dbias, loom_tensor dout,
@@ -387,7 +388,7 @@ extern "C" void cuda_matmul_backward(loom_backend *be, loom_tensor dinp, loom_te
                                      loom_tensor w) {
     check_backward(be, dinp, dw, dbias, dout, inp, w);
     cublasStatus_t si = CUBLAS_STATUS_NOT_SUPPORTED, sw = CUBLAS_STATUS_NOT_SUPPORTED;
-    cuda_gemm gi = dinp_gemm(dinp, dout, w), gw = dw_gemm(dw, dout, inp);
+    cuda_gemm gi = dinp_gemm(dinp, dout, w), gw = dw_gemm(be, dw, dout, inp);
     if (be->fp8 && dinp.data && dw.data) cuda_fp8_backward(cuda_of(be), &gi, &gw, dbias.data, &si, &sw);
     if (dinp.data && si != CUBLAS_STATUS_SUCCESS) matmul_dinp(be, dinp, dout, w, loom_tensor{});
     if (dw.data) matmul_dw(be, &gw, sw == CUBLAS_STATUS_SUCCESS, dbias, dout);
@@ -400,7 +401,7 @@ extern "C" void cuda_matmul_gelu_backward(loom_backend *be, loom_tensor dinp, lo
     LOOM_CHECK(dinp.data && cuda_act(be, pre) == cuda_act(be, inp) && loom_numel(&pre) == loom_numel(&inp));
     matmul_dinp(be, dinp, dout, w, pre);
     if (!dw.data) return;
-    cuda_gemm gw = dw_gemm(dw, dout, inp);
+    cuda_gemm gw = dw_gemm(be, dw, dout, inp);
     matmul_dw(be, &gw, false, dbias, dout);
 }
 
@@ -420,8 +421,8 @@ extern "C" void cuda_mlp_backward(loom_backend *be, loom_tensor dinp, loom_tenso
         check_backward(be, dinp, dfcw, dfcb, dfch, inp, fcw);
         LOOM_CHECK(cuda_act(be, pre) == cuda_act(be, act) && loom_numel(&pre) == loom_numel(&act));
         loom_cuda *cu = cuda_of(be);
-        cuda_gemm gi = dinp_gemm(dfch, dout, projw), gw = dw_gemm(dprojw, dout, act);
-        cuda_gemm gi_fc = dinp_gemm(dinp, dfch, fcw), gw_fc = dw_gemm(dfcw, dfch, inp);
+        cuda_gemm gi = dinp_gemm(dfch, dout, projw), gw = dw_gemm(be, dprojw, dout, act);
+        cuda_gemm gi_fc = dinp_gemm(dinp, dfch, fcw), gw_fc = dw_gemm(be, dfcw, dfch, inp);
         // act's transposed copy where the forward kept one (fp8_kept.cu), else a cast of gelu(pre)
         float *inv;
         bool act_t = act_kept && cuda_fp8_kept_cols(cu, be->fp8_site, act.data, loom_numel(&act), false, &inv);

@@ -5,7 +5,8 @@
 //   column sums: per (columns, row chunk) a block sums the chunk's rows in a fixed order into
 //                partials (nchunks, n) fp32 (16-byte vectors along the rows where aligned);
 //                cuda_add_partials adds the chunks in a fixed order (AP_GROUPS interleaved
-//                groups, each in order, then the groups in order).
+//                groups, each in order, then the groups in order) into the destination, or
+//                writes their sum there (the backend's grads_write).
 //   sumsq:       per chunk of SUMSQ_CHUNK elements one block, fp64 per thread then a fixed
 //                tree; one block then adds the chunk sums (same pattern); one fp64 comes back
 //                (sumsq), or is added to an fp64 in device memory (sumsq_add).
@@ -28,11 +29,11 @@ int64_t cuda_row_chunk(int64_t N) {
 
 // A block adds AP_COLS columns: thread (column x, group g) sums partials g, g + AP_GROUPS, ...
 // in order, then the groups' sums are added in group order. Fixed for given nparts. Column i
-// of the ndst * n goes to dst.p[i / n][i % n].
+// of the ndst * n goes to dst.p[i / n][i % n], added to what is there (add) or written.
 typedef struct {
     void *p[AP_DSTS];
 } ap_dsts;
-__global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const float *partials, int64_t nparts,
+__global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, bool add, const float *partials, int64_t nparts,
                                     int64_t stride, int64_t n) {
     cuda_pdl_begin();
     __shared__ float sh[AP_GROUPS][AP_COLS];
@@ -48,22 +49,22 @@ __global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, const float 
     for (int k = 0; k < AP_GROUPS; k++) total += sh[k][x];
     void *d = dst.p[i / n];
     i %= n;
-    stx(d, i, ldx(d, i, bf) + total, bf);
+    stx(d, i, add ? ldx(d, i, bf) + total : total, bf);
 }
 
-void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, const float *partials,
+void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, bool add, const float *partials,
                          int64_t nparts, int64_t stride, int64_t n) {
     LOOM_CHECK(ndst >= 1 && ndst <= AP_DSTS);
     if (!n) return;
     ap_dsts d = {};
     for (int k = 0; k < ndst; k++) d.p[k] = dst[k];
     cuda_launch(cu->stream, add_partials_kernel, (unsigned)((ndst * n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0,
-                d, ndst, dst_bf, partials, nparts, stride, n);
+                d, ndst, dst_bf, add, partials, nparts, stride, n);
 }
 
-void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, const float *partials, int64_t nparts, int64_t stride,
-                       int64_t n) {
-    cuda_add_partials_n(cu, &dst, 1, dst_bf, partials, nparts, stride, n);
+void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, bool add, const float *partials, int64_t nparts,
+                       int64_t stride, int64_t n) {
+    cuda_add_partials_n(cu, &dst, 1, dst_bf, add, partials, nparts, stride, n);
 }
 
 // partials[chunk, c] = sum of x[r, c] over the chunk's rows. grid (ceil(n / (COL_VECS W)),
@@ -102,7 +103,7 @@ __global__ void column_partials_kernel(float *partials, const T *x, int64_t N, i
     }
 }
 
-void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf) {
+void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf, bool add) {
     if (!N || !n) return;
     int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
     float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * n) * sizeof(float));
@@ -111,7 +112,7 @@ void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_
         cuda_launch(cu->stream, column_partials_kernel<T, W>, grid, COL_VECS * COL_GROUPS, 0, part, (const T *)x, N, n,
                     ld, chunk);
     });
-    cuda_add_partials(cu, dst, bf, part, nchunks, n, n);
+    cuda_add_partials(cu, dst, bf, add, part, nchunks, n, n);
 }
 
 // Fixed-shape tree sum of one double per thread; the total lands in thread 0.
