@@ -155,8 +155,8 @@ struct loom_backend {
     // its dbias. So a step's first contribution to a gradient needs no zeroed buffer before it
     // (PyTorch's gradients set to None: the first backward assigns them): 2 bytes an element
     // not written by a zeroing pass and not read back by the product that adds. The results are
-    // those of adding into zeros, up to the sign of a zero (and, on a GPU, cuBLASLt's choice of
-    // algorithm for a product without C). encoder_backward always adds (it touches only the
+    // those of adding into zeros, up to the sign of a zero (on a GPU too: cuBLASLt's algorithm is
+    // chosen per shape, whatever beta). encoder_backward always adds (it touches only the
     // rows of the tokens and positions seen); activation gradients (LayerNorm's dinp +=, the
     // attention's span.accumulate) are not affected. Default false.
     bool grads_write;
