@@ -65,14 +65,23 @@ static void test_layernorm(t_shape s) {
                 dbv = LOOM_VIEW(db, F32, C);
     loom_tensor none = {0}, dsv = LOOM_VIEW(ds, F32, C);
     t_be->layernorm_forward(t_be, LOOM_VIEW(out, F32, N, C), mv, rv, xv, wv, LOOM_VIEW(b, F32, C));
-    // with dsum: += the column sums of dinp after the add
-    t_be->layernorm_backward(t_be, dxv, dwv, dbv, dsv, dyv, xv, wv, mv, rv);
-    ref_layernorm_backward(rdx, rdw, rdb, dout, x, w, N, C);
-    ref_column_sums(rds, rdx, N, C);
-    check("layernorm dinp", dx, rdx, (size_t)(N * C), s);
-    check("layernorm dw", dw, rdw, (size_t)C, s);
-    check("layernorm db", db, rdb, (size_t)C, s);
-    check("layernorm dsum", ds, rds, (size_t)C, s);
+    // with dsum: += the column sums of dinp after the add; then with grads_write, dw, db and dsum
+    // from NaN are written (the references from zero) and dinp still adds
+    for (int write = 0; write < 2; write++) {
+        if (write) {
+            memcpy(rdx, dx, sizeof(float) * (size_t)(N * C));
+            for (int i = 0; i < C; i++) dw[i] = db[i] = ds[i] = NAN, rdw[i] = rdb[i] = rds[i] = 0;
+        }
+        t_be->grads_write = write;
+        t_be->layernorm_backward(t_be, dxv, dwv, dbv, dsv, dyv, xv, wv, mv, rv);
+        t_be->grads_write = false;
+        ref_layernorm_backward(rdx, rdw, rdb, dout, x, w, N, C);
+        ref_column_sums(rds, rdx, N, C);
+        check(write ? "layernorm dinp (grads_write)" : "layernorm dinp", dx, rdx, (size_t)(N * C), s);
+        check(write ? "layernorm dw = (grads_write)" : "layernorm dw", dw, rdw, (size_t)C, s);
+        check(write ? "layernorm db = (grads_write)" : "layernorm db", db, rdb, (size_t)C, s);
+        check(write ? "layernorm dsum = (grads_write)" : "layernorm dsum", ds, rds, (size_t)C, s);
+    }
     memset(dx, 0, sizeof(float) * (size_t)(N * C)), memset(dw, 0, sizeof(float) * C),
         memset(db, 0, sizeof(float) * C);
     t_be->layernorm_backward(t_be, dxv, dwv, dbv, none, dyv, xv, wv, mv, rv);
@@ -99,11 +108,20 @@ static void test_matmul(t_shape s) {
                 dyv = LOOM_VIEW(dout, F32, N, OC);
     loom_tensor dxv = LOOM_VIEW(dx, F32, N, C), dwv = LOOM_VIEW(dw, F32, OC, C),
                 dbv = LOOM_VIEW(db, F32, OC);
-    t_be->matmul_backward(t_be, dxv, dwv, dbv, dyv, xv, wv);
-    ref_matmul_backward(rdx, rdw, rdb, dout, x, w, N, C, OC);
-    check("matmul dinp", dx, rdx, (size_t)(N * C), s);
-    check("matmul dw", dw, rdw, (size_t)(OC * C), s);
-    check("matmul dbias", db, rdb, (size_t)OC, s);
+    // dw, dbias +=; then with grads_write, dw and dbias from NaN are written (the references from zero)
+    for (int write = 0; write < 2; write++) {
+        if (write) {
+            for (int i = 0; i < OC * C; i++) dw[i] = NAN, rdw[i] = 0;
+            for (int i = 0; i < OC; i++) db[i] = NAN, rdb[i] = 0;
+        }
+        t_be->grads_write = write;
+        t_be->matmul_backward(t_be, dxv, dwv, dbv, dyv, xv, wv);
+        t_be->grads_write = false;
+        ref_matmul_backward(rdx, rdw, rdb, dout, x, w, N, C, OC);
+        check("matmul dinp", dx, rdx, (size_t)(N * C), s);
+        check(write ? "matmul dw = (grads_write)" : "matmul dw", dw, rdw, (size_t)(OC * C), s);
+        check(write ? "matmul dbias = (grads_write)" : "matmul dbias", db, rdb, (size_t)OC, s);
+    }
     // twice from zero: dw, dbias double, dinp is overwritten
     memset(dw, 0, sizeof(float) * (size_t)(OC * C)), memset(db, 0, sizeof(float) * OC);
     t_be->matmul_backward(t_be, dxv, dwv, dbv, dyv, xv, wv);
@@ -141,60 +159,18 @@ static void test_attention(t_shape s) {
     check("attention dqkv", dqkv, ref, (size_t)(3 * n), s);
     ref_column_sums(rdb, ref, s.B * s.T, NC);
     check("attention dbias", db, rdb, (size_t)NC, s);
+    // with grads_write, dbias from NaN is written (the reference from zero)
+    for (int i = 0; i < NC; i++) db[i] = NAN, rdb[i] = 0;
+    ref_column_sums(rdb, ref, s.B * s.T, NC);
+    t_be->grads_write = true;
+    t_be->attention_backward(t_be, dxv, dxv, LOOM_VIEW(db, F32, NC), dyv, xv, xv, ov, lv, s.NH, LOOM_ATTN_CAUSAL);
+    t_be->grads_write = false;
+    check("attention dbias = (grads_write)", db, rdb, (size_t)NC, s);
     memcpy(ref, dqkv, sizeof(float) * (size_t)(3 * n)); // written over NaNs above; added to with accumulate
     t_be->attention_backward(t_be, dxv, dxv, (loom_tensor){0}, dyv, xv, xv, ov, lv, s.NH,
                              (loom_attn_span){0, 0, true, true});
     check_twice("attention dqkv", dqkv, ref, (size_t)(3 * n), 2);
     free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ref), free(db), free(rdb);
-}
-
-// backend.h's grads_write: the parameter gradients start as NaN and come out as the references
-// from zero (every element written); LayerNorm's dinp, an activation gradient, still adds
-static void test_grads_write(t_shape s) {
-    int N = s.B * s.T, C = s.C, OC = 4 * s.C + 3, n = s.B * s.T * s.C, NC = 3 * s.C;
-    size_t nc = (size_t)N * C;
-    t_be->grads_write = true;
-    float *x = t_randn(nc, 2), *w = t_randn((size_t)C, 1), *b = t_randn((size_t)C, 1), *dout = t_randn(nc, 1);
-    float *out = t_nans(nc), *mean = t_nans((size_t)N), *rstd = t_nans((size_t)N);
-    float *dx = t_randn(nc, 1), *rdx = t_dup(dx, nc), *dw = t_nans((size_t)C), *db = t_nans((size_t)C);
-    float *ds = t_nans((size_t)C), *rdw = calloc((size_t)C, 4), *rdb = calloc((size_t)C, 4), *rds = calloc((size_t)C, 4);
-    loom_tensor xv = LOOM_VIEW(x, F32, N, C), wv = LOOM_VIEW(w, F32, C), mv = LOOM_VIEW(mean, F32, N);
-    loom_tensor rv = LOOM_VIEW(rstd, F32, N), dyv = LOOM_VIEW(dout, F32, N, C);
-    t_be->layernorm_forward(t_be, LOOM_VIEW(out, F32, N, C), mv, rv, xv, wv, LOOM_VIEW(b, F32, C));
-    t_be->layernorm_backward(t_be, LOOM_VIEW(dx, F32, N, C), LOOM_VIEW(dw, F32, C), LOOM_VIEW(db, F32, C),
-                             LOOM_VIEW(ds, F32, C), dyv, xv, wv, mv, rv);
-    ref_layernorm_backward(rdx, rdw, rdb, dout, x, w, N, C);
-    ref_column_sums(rds, rdx, N, C);
-    check("grads_write layernorm dinp (+=)", dx, rdx, nc, s);
-    check("grads_write layernorm dw", dw, rdw, (size_t)C, s);
-    check("grads_write layernorm db", db, rdb, (size_t)C, s);
-    check("grads_write layernorm dsum", ds, rds, (size_t)C, s);
-    // the matmul's dw and dbias (dinp written as always)
-    float *wm = t_randn((size_t)OC * C, 0.2f), *dym = t_randn((size_t)N * OC, 1), *dxm = t_nans(nc);
-    float *dwm = t_nans((size_t)OC * C), *dbm = t_nans((size_t)OC), *rdxm = t_nans(nc);
-    float *rdwm = calloc((size_t)OC * C, 4), *rdbm = calloc((size_t)OC, 4);
-    t_be->matmul_backward(t_be, LOOM_VIEW(dxm, F32, N, C), LOOM_VIEW(dwm, F32, OC, C), LOOM_VIEW(dbm, F32, OC),
-                          LOOM_VIEW(dym, F32, N, OC), xv, LOOM_VIEW(wm, F32, OC, C));
-    ref_matmul_backward(rdxm, rdwm, rdbm, dym, x, wm, N, C, OC);
-    check("grads_write matmul dw", dwm, rdwm, (size_t)OC * C, s);
-    check("grads_write matmul dbias", dbm, rdbm, (size_t)OC, s);
-    // the attention's dbias
-    float *qkv = t_randn((size_t)(3 * n), 1.5f), *da = t_randn((size_t)n, 1), *oa = t_nans((size_t)n);
-    float *la = t_nans((size_t)s.B * s.NH * s.T), *dqkv = t_nans((size_t)(3 * n)), *ref = t_nans((size_t)(3 * n));
-    float *dba = t_nans((size_t)NC), *rdba = calloc((size_t)NC, 4);
-    loom_tensor qv = LOOM_VIEW(qkv, F32, s.B, s.T, NC), ov = LOOM_VIEW(oa, F32, s.B, s.T, C);
-    loom_tensor lv = LOOM_VIEW(la, F32, s.B, s.NH, s.T);
-    t_be->attention_forward(t_be, ov, lv, qv, qv, s.NH, LOOM_ATTN_CAUSAL);
-    t_be->attention_backward(t_be, LOOM_VIEW(dqkv, F32, s.B, s.T, NC), LOOM_VIEW(dqkv, F32, s.B, s.T, NC),
-                             LOOM_VIEW(dba, F32, NC), LOOM_VIEW(da, F32, s.B, s.T, C), qv, qv, ov, lv, s.NH,
-                             LOOM_ATTN_CAUSAL);
-    ref_attention_backward(ref, da, qkv, s.B, s.T, C, s.NH);
-    ref_column_sums(rdba, ref, N, NC);
-    check("grads_write attention dbias", dba, rdba, (size_t)NC, s);
-    t_be->grads_write = false;
-    free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(dx), free(rdx), free(dw), free(db);
-    free(ds), free(rdw), free(rdb), free(rds), free(wm), free(dym), free(dxm), free(dwm), free(dbm), free(rdxm);
-    free(rdwm), free(rdbm), free(qkv), free(da), free(oa), free(la), free(dqkv), free(ref), free(dba), free(rdba);
 }
 
 static void test_gelu(t_shape s) {
@@ -237,7 +213,6 @@ int main(void) {
         test_layernorm(s);
         test_matmul(s);
         test_attention(s);
-        test_grads_write(s);
         test_gelu(s);
         test_crossentropy(s);
     }
