@@ -160,6 +160,14 @@ struct loom_backend {
     // rows of the tokens and positions seen); activation gradients (LayerNorm's dinp +=, the
     // attention's span.accumulate) are not affected. Default false.
     bool grads_write;
+    // Parameter gradients finished at grads_flush: while set, an op may leave part of the
+    // parameter gradients it produces unfinished until the next grads_flush (the CUDA backend's
+    // bias and LayerNorm gradients: their partial sums' final adds wait there and run together in
+    // one launch). Each op still finishes its activation gradients. Nothing may read or write a
+    // parameter gradient produced since the last grads_flush (a collective, a copy, the optimizer)
+    // before the next one; the model sets it over a block's backward and flushes at the block's
+    // end. The results are the same bits. Default false.
+    bool grads_defer;
     size_t bytes_in_use, peak_bytes; // memory allocated through alloc (and op temporaries), now and at most
     size_t host_bytes_in_use, host_peak_bytes; // host memory allocated through host_alloc, now and at most
     // Preferred size in bytes of a temporary that callers may split into chunks (the output
@@ -189,6 +197,9 @@ struct loom_backend {
     void (*copy_2d)(loom_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
                     size_t width, size_t rows);
     void (*synchronize)(loom_backend *be);
+    // Finishes the parameter gradients that ops left waiting (grads_defer), in stream order; nothing
+    // to do on the CPU, whose ops finish them at once.
+    void (*grads_flush)(loom_backend *be);
     // Host memory for what is offloaded (optimizer state, parameter shards, activations):
     // page-locked on a GPU (cudaMallocHost), so copies run asynchronously at the bus's full rate;
     // ordinary memory on the CPU. Zero-filled; NULL when out of memory.

@@ -292,6 +292,7 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     bool all = part == LOOM_GRAD_ALL;
     block_douts d = douts_of(v, l, part);
     be->grads_write = m->grads_fresh[l]; // each op below writes or adds its own tensors (set only for ALL)
+    be->grads_defer = true;              // its gradients finished together at the end (grads_flush)
     if (m->recompute == LOOM_RECOMPUTE_FULL) block_forward(m, v, l, x); // the block's activations again
     loom_tensor atty = layer(&a->atty, i), none = no_tensor(), fcw, projw;
     loom_tensor datty = LOOM_VIEW(v->dbtc.data, be->dtype, v->B, v->T, loom_cols(&atty)); // (B,T,Cl)
@@ -324,6 +325,8 @@ static void block_backward(loom_gpt2 *m, const gpt2_views *v, int l, loom_tensor
     be->layernorm_backward(be, v->dres, gpt2_grad(m, l, B_LN1W), gpt2_grad(m, l, B_LN1B), none, v->dlocal, x,
                            gpt2_param(m, l, B_LN1W), layer(&a->ln1_mean, i), layer(&a->ln1_rstd, i));
     be->grads_write = m->grads_fresh[l] = false;
+    be->grads_defer = false;
+    be->grads_flush(be);
     no_site(m);
 }
 

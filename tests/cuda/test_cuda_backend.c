@@ -180,6 +180,59 @@ static void test_matmul(shape s, bool ragged) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
 }
 
+// With grads_defer, the ops' bias and LayerNorm gradient adds wait for grads_flush: eleven adds (the
+// launch's table of 8 fills at the ninth), the last into the ninth's destinations while that one
+// waits (it must go after it), give the same bits as the adds launched one by one, which the tests
+// above check against the CPU.
+static void test_grads_defer(shape s) {
+    enum { K = 5, DW = 0, DB = K, DS = 2 * K, DBIAS = 3 * K, DX = 4 * K, DXM = 4 * K + 1, NG = 4 * K + 2 };
+    int N = s.B * s.T, C = s.C, OC = 3 * C;
+    buf x = b_randn((size_t)N * C, 1, dt), w = b_randn((size_t)C, 1, dt), wm = b_randn((size_t)OC * C, 0.2f, dt);
+    buf mu = b_randn((size_t)N, 0.1f, F32), rs = b_randn((size_t)N, 0.1f, F32);
+    buf dout = b_randn((size_t)N * C, 1, dt), doutm = b_randn((size_t)N * OC, 1, dt);
+    buf g[2][NG]; // per run: dw, db, dsum of K LayerNorms, dbias of K products, the two ops' dinp
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < NG; i++) {
+            size_t n = i < DBIAS ? (size_t)C : i < DX ? (size_t)OC : (size_t)N * C;
+            g[r][i] = r ? b_from(g[0][i].h, n, dt) : b_randn(n, 1, dt);
+        }
+    buf dwb = b_randn((size_t)OC * C, 0.1f, dt); // the products' dW (cuBLASLt's, not waiting): not compared
+    loom_tensor none = {0}, dwm = DV(dwb, OC, C);
+    for (int r = 0; r < 2; r++) {
+        buf *b = g[r];
+        gpu->grads_defer = r == 1;
+        for (int k = 0; k <= K; k++) { // the last: the K-th LayerNorm's destinations again
+            int j = k < K ? k : K - 1;
+            gpu->layernorm_backward(gpu, DV(b[DX], N, C), DV(b[DW + j], C), DV(b[DB + j], C),
+                                    k < K ? DV(b[DS + j], C) : none, DV(dout, N, C), DV(x, N, C), DV(w, C),
+                                    DV(mu, N), DV(rs, N));
+            if (k < K)
+                gpu->matmul_backward(gpu, DV(b[DXM], N, C), dwm, DV(b[DBIAS + j], OC), DV(doutm, N, OC), DV(x, N, C),
+                                     DV(wm, OC, C));
+            if (r == 1 && k == 0) { // the first product's dbias still waits: nothing has written it yet
+                float *got = loom_xmalloc(b[DBIAS].n * 4);
+                download_as(got, b[DBIAS].d, b[DBIAS].n, dt);
+                T_ASSERT(memcmp(got, b[DBIAS].h, b[DBIAS].n * 4) == 0, "%s grads_defer: an add ran before grads_flush",
+                         loom_dtype_name(dt));
+                free(got);
+            }
+        }
+        gpu->grads_defer = false;
+        gpu->grads_flush(gpu);
+    }
+    for (int i = 0; i < NG; i++) {
+        float *a = loom_xmalloc(g[0][i].n * 8), *c = a + g[0][i].n;
+        download_as(a, g[0][i].d, g[0][i].n, dt), download_as(c, g[1][i].d, g[1][i].n, dt);
+        T_ASSERT(memcmp(a, c, g[0][i].n * 4) == 0, "%s grads_defer: gradient %d differs from the adds one by one",
+                 loom_dtype_name(dt), i);
+        free(a);
+    }
+    buf *all[] = {&x, &w, &wm, &dwb, &mu, &rs, &dout, &doutm};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) b_free(all[i]);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < NG; i++) b_free(&g[r][i]);
+}
+
 static void test_elementwise(shape s) {
     int n = s.B * s.T * 4 * s.C;
     buf x = b_randn((size_t)n, 3, dt), y = b_randn((size_t)n, 1, dt), out = b_nans((size_t)n, dt);
@@ -527,6 +580,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_layernorm(s);
         test_matmul(s, false);
         test_matmul(s, true);
+        test_grads_defer(s);
         test_elementwise(s);
         test_fused(s);
         test_crossentropy(s, 2.0f);

@@ -64,6 +64,8 @@ static void cpu_zero(loom_backend *be, void *p, size_t bytes) {
 
 static void cpu_synchronize(loom_backend *be) {}
 
+static void cpu_grads_flush(loom_backend *be) {}
+
 static void cpu_destroy(loom_backend *be) { free(be); }
 
 loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
@@ -80,6 +82,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .fp8_site_ln = -1,
         .fp8_ln_copy_only = false,
         .grads_write = false,
+        .grads_defer = false,
         .chunk_bytes = (size_t)32 << 20,
         .alloc = cpu_alloc,
         .free = cpu_free,
@@ -89,6 +92,7 @@ loom_status loom_backend_cpu_create(loom_backend **out, loom_dtype dtype) {
         .copy = cpu_copy,
         .copy_2d = cpu_copy_2d,
         .synchronize = cpu_synchronize,
+        .grads_flush = cpu_grads_flush,
         .host_alloc = cpu_host_alloc,
         .host_free = cpu_host_free,
         .copy_async = cpu_copy_async,

@@ -86,10 +86,11 @@ __device__ __forceinline__ att_place att_row_place(const attn_dims &d, int warps
 void attention_forward_wgmma(loom_cuda *cu, attn_dims d, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
                              const __nv_bfloat16 *kv);
 // attention_backward_wgmma.cu: dq +=, dkv += (shaped as q, kv), and dbias (3C) += their column
-// sums when not NULL, with `scratch` of attention_backward_wgmma_scratch(d, dbias != NULL) bytes
-// (16-byte aligned) for what its prep kernel computes (rowsum(dout * out) and -lse log2(e) per
-// row), the work counter, the dQ order counters, the fp32 dQ accumulator and the bias partials
-size_t attention_backward_wgmma_scratch(attn_dims d, bool bias);
+// sums when not NULL (partials in cuda_partials, their add as cuda_add_partials'), with `scratch`
+// of attention_backward_wgmma_scratch(d) bytes (16-byte aligned) for what its prep kernel computes
+// (rowsum(dout * out) and -lse log2(e) per row), the work counter, the dQ order counters and the
+// fp32 dQ accumulator
+size_t attention_backward_wgmma_scratch(attn_dims d);
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, __nv_bfloat16 *dq, __nv_bfloat16 *dkv,
                               const __nv_bfloat16 *dout, const __nv_bfloat16 *q, const __nv_bfloat16 *kv,
                               const __nv_bfloat16 *out, const float *lse, __nv_bfloat16 *dbias, void *scratch);

@@ -161,7 +161,7 @@ extern "C" void cuda_attention_backward(loom_backend *be, loom_tensor dq, loom_t
                                  (const __nv_bfloat16 *)dout.data, (const __nv_bfloat16 *)q.data,
                                  (const __nv_bfloat16 *)kv.data, (const __nv_bfloat16 *)out.data, l,
                                  (__nv_bfloat16 *)dbias.data,
-                                 cuda_scratch(cu, attention_backward_wgmma_scratch(d, dbias.data != NULL)));
+                                 cuda_scratch(cu, attention_backward_wgmma_scratch(d)));
         return;
     }
     float *D = (float *)cuda_scratch(cu, (size_t)rows * sizeof(float));

@@ -63,22 +63,21 @@ __host__ __device__ __forceinline__ int bw_first_query(const attn_dims &d, int k
 static inline int bw_bias_chunks(attn_dims d) { return (max(d.Tq, d.Tk) + 15) / 16; }
 
 // scratch (bytes from its start): the work counter (16), nl and D (B*NH, Tp) each, 128 floats of
-// zeros, then the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step), the fp32 dQ
-// accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at) and, with `bias`, the
-// bias partials (B * bw_bias_chunks, 3C) fp32
+// zeros, then the dQ order counters (B*NH*MQ ints, MQ query tiles of bw_step) and the fp32 dQ
+// accumulator (B*NH*MQ tiles of bw_step x HS in accumulator order, bw_dq_at). The bias partials
+// (B * bw_bias_chunks, 3C) fp32 are cuda_partials', so that their add may wait (grads_defer).
 struct bw_layout {
-    size_t nl, D, sem, acc, bias, bytes;
+    size_t nl, D, sem, acc, bytes;
 };
-static bw_layout bw_layout_of(attn_dims d, bool bias) {
+static bw_layout bw_layout_of(attn_dims d) {
     size_t bnh = (size_t)d.B * d.NH, step = (size_t)bw_step(d.hs), mq = (d.Tq + step - 1) / step;
     bw_layout l;
     l.nl = 16, l.D = l.nl + bnh * bw_tp(d.Tq) * 4, l.sem = l.D + bnh * bw_tp(d.Tq) * 4 + 128 * 4;
     l.acc = (l.sem + bnh * mq * 4 + 127) / 128 * 128;
-    l.bias = l.acc + bnh * mq * step * d.hs * 4;
-    l.bytes = l.bias + (bias ? (size_t)d.B * bw_bias_chunks(d) * 3 * d.C * 4 : 0);
+    l.bytes = l.acc + bnh * mq * step * d.hs * 4;
     return l;
 }
-size_t attention_backward_wgmma_scratch(attn_dims d, bool bias) { return bw_layout_of(d, bias).bytes; }
+size_t attention_backward_wgmma_scratch(attn_dims d) { return bw_layout_of(d).bytes; }
 
 struct bw_args {
     bf16 *dq, *dkv;
@@ -466,13 +465,14 @@ static void launch_backward(loom_cuda *cu, const bw_args *a, const bf16 *q, cons
 void attention_backward_wgmma(loom_cuda *cu, attn_dims d, bf16 *dq, bf16 *dkv, const bf16 *dout, const bf16 *q,
                               const bf16 *kv, const bf16 *out, const float *lse, bf16 *dbias, void *scratch) {
     float scale = 1.0f / sqrtf((float)d.hs);
-    bw_layout l = bw_layout_of(d, dbias != NULL);
+    bw_layout l = bw_layout_of(d);
     char *s = (char *)scratch;
     int Tp = bw_tp(d.Tq), step = bw_step(d.hs), nparts = d.B * bw_bias_chunks(d);
-    float *bpart = dbias ? (float *)(s + l.bias) : NULL;
+    size_t bias_bytes = (size_t)nparts * 3 * d.C * sizeof(float);
+    float *bpart = dbias ? cuda_partials(cu, bias_bytes) : NULL;
     CUDA_CHECK(cudaMemsetAsync(s + l.sem - 128 * 4, 0, 128 * sizeof(float), cu->stream)); // past D's end
     if (bpart && d.Tq != d.Tk) // the chunks past the shorter side's end are nobody's: zeros
-        CUDA_CHECK(cudaMemsetAsync(bpart, 0, l.bytes - l.bias, cu->stream));
+        CUDA_CHECK(cudaMemsetAsync(bpart, 0, bias_bytes, cu->stream));
     bw_args a = {dq, dkv, dout, out, lse, (float *)(s + l.nl), (float *)(s + l.D), (int *)s, (int *)(s + l.sem),
                  (float *)(s + l.acc), bpart, Tp, (d.Tq + step - 1) / step, bw_bias_chunks(d), d, scale * ATT_LOG2E,
                  scale};

@@ -52,6 +52,7 @@ static void cuda_free(loom_backend *be, void *p) {
     cuda_block *b;
     HASH_FIND_PTR(cu->blocks, &p, b);
     LOOM_CHECK(b); // freeing what this backend did not allocate
+    cuda_fp8_kept_freed(cu, p, b->bytes);
     cuda_account(cu, -(long long)b->bytes);
     HASH_DEL(cu->blocks, b);
     free(b);
@@ -91,18 +92,23 @@ static void cuda_synchronize(loom_backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cuda_of(be)->stream));
 }
 
+static void cuda_grads_flush(loom_backend *be) { cuda_flush_partials(cuda_of(be)); }
+
+void cuda_grow(loom_cuda *cu, void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have) return;
+    CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // earlier ops may still read the old one
+    if (*buf) CUDA_CHECK(cudaFree(*buf));
+    size_t n = bytes > 2 * *have ? bytes : 2 * *have;
+    n = (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); // whole MiB
+    *buf = NULL;
+    CUDA_CHECK(cudaMalloc(buf, n));
+    cuda_account(cu, (long long)n - (long long)*have);
+    *have = n;
+    cu->scratch_moves++;
+}
+
 void *cuda_scratch(loom_cuda *cu, size_t bytes) {
-    if (bytes > cu->scratch_bytes) {
-        CUDA_CHECK(cudaStreamSynchronize(cu->stream)); // earlier ops may still read the old one
-        if (cu->scratch) CUDA_CHECK(cudaFree(cu->scratch));
-        size_t n = bytes > 2 * cu->scratch_bytes ? bytes : 2 * cu->scratch_bytes;
-        n = (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); // whole MiB
-        cu->scratch = NULL;
-        CUDA_CHECK(cudaMalloc(&cu->scratch, n));
-        cuda_account(cu, (long long)n - (long long)cu->scratch_bytes);
-        cu->scratch_bytes = n;
-        cu->scratch_moves++;
-    }
+    cuda_grow(cu, &cu->scratch, &cu->scratch_bytes, bytes);
     return cu->scratch;
 }
 
@@ -114,6 +120,7 @@ static void cuda_destroy(loom_backend *be) {
     CUDA_CHECK(cudaFree(cu->workspace));
     cuda_matmul_free_cache(cu);
     cuda_fp8_free(cu);
+    cuda_partials_free(cu);
     cuda_fp8_kept_free(cu);
     CUBLAS_CHECK(cublasLtDestroy(cu->lt));
     CUDA_CHECK(cudaStreamDestroy(cu->stream));
@@ -207,6 +214,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .fp8_ln_copy_only = false,
         .gemm_autotune = false,
         .grads_write = false,
+        .grads_defer = false,
         .bytes_in_use = 0,
         .peak_bytes = 0,
         .host_bytes_in_use = 0,
@@ -222,6 +230,7 @@ extern "C" loom_status loom_backend_cuda_create(loom_backend **out, loom_dtype d
         .copy = cuda_copy,
         .copy_2d = cuda_copy_2d,
         .synchronize = cuda_synchronize,
+        .grads_flush = cuda_grads_flush,
         .host_alloc = cuda_host_alloc,
         .host_free = cuda_host_free,
         .copy_async = cuda_copy_async,

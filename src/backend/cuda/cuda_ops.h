@@ -75,7 +75,8 @@ typedef struct {
     size_t workspace_bytes;
     void *scratch;            // per-op temporaries, reused in stream order (cuda_scratch)
     size_t scratch_bytes;
-    uint64_t scratch_moves;   // times scratch was reallocated (a recorded graph holds its address)
+    uint64_t scratch_moves;   // times scratch or partials' buffer was reallocated (a recorded graph holds its address)
+    struct cuda_partials_buf *partials; // cuda_partials and the adds waiting (reduce.cu; NULL before the first)
     bool debug;               // LOOM_CUDA_DEBUG set: say on stderr when an op takes a fallback path
     struct cuda_block *blocks; // live allocations (uthash by pointer), for base.bytes_in_use
     struct lt_algo *algos;     // cuBLASLt algorithms by product shape (matmul.cu)
@@ -114,6 +115,9 @@ static inline void cuda_account(loom_cuda *cu, long long bytes) {
 
 static inline loom_cuda *cuda_of(loom_backend *be) { return (loom_cuda *)be; }
 
+// *buf made at least `bytes` (a buffer of *have bytes, moved: in whole MiB, at least twice its
+// size, after the stream's ops; counted in bytes in use and in scratch_moves)
+void cuda_grow(loom_cuda *cu, void **buf, size_t *have, size_t bytes);
 // A device buffer of at least `bytes` for the temporaries of one op (partial sums, index
 // lists). Valid until the next call; ops on the stream after this one may reuse it.
 void *cuda_scratch(loom_cuda *cu, size_t bytes);
@@ -174,14 +178,23 @@ __host__ __device__ __forceinline__ int cuda_shard_index(int v, int vocab_start,
 // Row chunks of an (N, n) array: partial sums over fixed row chunks, then the chunks' sums
 // added in chunk order. The chunking depends only on N, so results repeat bit for bit.
 int64_t cuda_row_chunk(int64_t N);
+// Device memory for `bytes` of partial sums that cuda_add_partials_n then adds, kept until it has
+// (not reused by the next op, as cuda_scratch is), so that the add may wait.
+float *cuda_partials(loom_cuda *cu, size_t bytes);
 // dst[i] += (add) or = (not add: the backend's grads_write) the sum over p of partials[p * stride + i]
 // (fp32) in a fixed order; dst bf16 where dst_bf, else fp32
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, bool add, const float *partials, int64_t nparts,
                        int64_t stride, int64_t n);
 // The same over ndst * n columns, column i going to dst[i / n][i % n] (up to three sums of n
-// values, e.g. the LayerNorm backward's dw, db and dinp column sums, in one launch)
+// values, e.g. the LayerNorm backward's dw, db and dinp column sums). Launched at once, or, while
+// the backend's grads_defer is set and the partials are cuda_partials', at cuda_flush_partials (the
+// backend's grads_flush) in one launch with the others waiting there: a layer's five bias and
+// LayerNorm adds in one launch instead of five (an add goes first where a waiting one touches the
+// same destination, or the launch's table is full).
 void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, bool add, const float *partials,
                          int64_t nparts, int64_t stride, int64_t n);
+void cuda_flush_partials(loom_cuda *cu);
+void cuda_partials_free(loom_cuda *cu); // at destroy
 // dst (n) += (add) or = column sums of x (N rows of n columns, row stride ld elements) of dtype
 // bf ? bf16 : fp32, deterministically
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf, bool add);
@@ -345,6 +358,9 @@ const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, 
                                   float **inv);
 // Forgets the transposed copy of x (one that was to be made and was not).
 void cuda_fp8_forget_cols(loom_cuda *cu, const void *x);
+// Forgets every copy that stands for a tensor in [p, p + bytes), memory being freed: a tensor
+// allocated there later is another, whatever its address (copies are told by address).
+void cuda_fp8_kept_freed(loom_cuda *cu, const void *p, size_t bytes);
 // Stops the program when x's transposed copy was promised to a caller for site's backward
 // (input_kept answered true) and a product is about to read x instead (what: which one).
 void cuda_fp8_unpromised(const loom_cuda *cu, const void *x, int site, const char *what);

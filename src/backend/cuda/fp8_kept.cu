@@ -178,6 +178,17 @@ void cuda_fp8_forget_cols(loom_cuda *cu, const void *x) {
     if (cu->fp8_kept) forget_cols(cu->fp8_kept, x);
 }
 
+void cuda_fp8_kept_freed(loom_cuda *cu, const void *p, size_t bytes) {
+    cuda_fp8_kept *k = cu->fp8_kept;
+    if (!k) return;
+    auto in = [&](const void *x) { return (const char *)x >= (const char *)p && (const char *)x < (const char *)p + bytes; };
+    for (int i = 0; i < k->ninputs; i++)
+        if (in(k->inputs[i].x)) k->inputs[i].site = k->inputs[i].promised = -1;
+    if (in(k->x)) k->x = NULL;
+    for (int i = 0; i < k->n && k->valid; i++)
+        if (in(k->groups[i].src)) k->valid = false;
+}
+
 const uint8_t *cuda_fp8_kept_cols(const loom_cuda *cu, int site, const void *x, int64_t numel, bool gelu,
                                   float **inv) {
     const kept_cols *e = x ? cols_of(cu->fp8_kept, x) : NULL;

@@ -380,7 +380,7 @@ extern "C" void cuda_layernorm_backward(loom_backend *be, loom_tensor dinp, loom
     // else by a pass of their own
     int S = dsum.data && (size_t)3 * C * sizeof(float) <= LN_BWD_SMEM_MAX ? 3 : 2;
     int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
-    float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * S * C) * sizeof(float));
+    float *part = cuda_partials(cu, (size_t)(nchunks * S * C) * sizeof(float));
     bool vec = cuda_vec_ok(bf, C, dinp.data, dout.data, inp.data, w.data);
     CUDA_DISPATCH(bf, vec, {
         int held = W > 1 && C <= 32 * W * LN_BWD_HELD ? (int)(C / W + 31) / 32 : 0; // vectors a lane holds

@@ -17,7 +17,8 @@
 #define COL_LOADS 4   // rows a column_partials thread loads before it adds them (in order)
 #define AP_COLS 8     // columns per add_partials block (8 fp32: one 32-byte sector a row)
 #define AP_GROUPS 32  // groups of partials per column, summed in parallel then in order
-#define AP_DSTS 3     // destinations of one add_partials launch at most
+#define AP_DSTS 3     // destinations of one add at most
+#define AP_JOBS 8     // adds of one add_partials launch at most
 #define SUMSQ_CHUNK (1 << 16) // elements per block of the first sumsq pass
 #define SUMSQ_THREADS 256
 
@@ -27,39 +28,112 @@ int64_t cuda_row_chunk(int64_t N) {
     return chunk < 32 ? 32 : chunk;
 }
 
-// A block adds AP_COLS columns: thread (column x, group g) sums partials g, g + AP_GROUPS, ...
-// in order, then the groups' sums are added in group order. Fixed for given nparts. Column i
-// of the ndst * n goes to dst.p[i / n][i % n], added to what is there (add) or written.
+// An add of partial sums into up to AP_DSTS destinations: column i of the ndst * n goes to
+// dst[i / n][i % n], added to what is there (add) or written; the partials (nparts, stride) fp32.
+// A launch takes up to AP_JOBS of them, ap_blocks blocks each from block `first`.
 typedef struct {
-    void *p[AP_DSTS];
-} ap_dsts;
-__global__ void add_partials_kernel(ap_dsts dst, int ndst, bool bf, bool add, const float *partials, int64_t nparts,
-                                    int64_t stride, int64_t n) {
+    void *dst[AP_DSTS];
+    const float *partials;
+    int64_t nparts, stride, n;
+    int ndst, first;
+    bool bf, add;
+} ap_job;
+typedef struct {
+    ap_job job[AP_JOBS];
+    int njobs;
+} ap_jobs;
+static inline int ap_blocks(const ap_job &j) { return (int)((j.ndst * j.n + AP_COLS - 1) / AP_COLS); }
+
+// A block adds AP_COLS columns of its job: thread (column x, group g) sums partials g, g +
+// AP_GROUPS, ... in order, then the groups' sums are added in group order. Fixed for given nparts.
+__global__ void add_partials_kernel(ap_jobs jobs) {
     cuda_pdl_begin();
     __shared__ float sh[AP_GROUPS][AP_COLS];
+    int k = 0;
+    while (k + 1 < jobs.njobs && (int)blockIdx.x >= jobs.job[k + 1].first) k++;
+    const ap_job &j = jobs.job[k];
     int x = threadIdx.x % AP_COLS, g = threadIdx.x / AP_COLS;
-    int64_t i = (int64_t)blockIdx.x * AP_COLS + x;
+    int64_t i = (int64_t)(blockIdx.x - j.first) * AP_COLS + x;
     float s = 0.0f;
-    if (i < ndst * n)
-        for (int64_t p = g; p < nparts; p += AP_GROUPS) s += partials[p * stride + i];
+    if (i < j.ndst * j.n)
+        for (int64_t p = g; p < j.nparts; p += AP_GROUPS) s += j.partials[p * j.stride + i];
     sh[g][x] = s;
     __syncthreads();
-    if (g > 0 || i >= ndst * n) return;
+    if (g > 0 || i >= j.ndst * j.n) return;
     float total = 0.0f;
-    for (int k = 0; k < AP_GROUPS; k++) total += sh[k][x];
-    void *d = dst.p[i / n];
-    i %= n;
-    stx(d, i, add ? ldx(d, i, bf) + total : total, bf);
+    for (int q = 0; q < AP_GROUPS; q++) total += sh[q][x];
+    void *d = j.dst[i / j.n];
+    i %= j.n;
+    stx(d, i, j.add ? ldx(d, i, j.bf) + total : total, j.bf);
+}
+
+// The adds waiting (the backend's grads_defer) and the buffer their partials live in
+// (cuda_partials): `used` bytes of it, free again once the adds are launched.
+struct cuda_partials_buf {
+    ap_jobs pending;
+    void *buf;
+    size_t bytes, used;
+};
+
+static cuda_partials_buf *partials_buf(loom_cuda *cu) {
+    if (!cu->partials) cu->partials = (cuda_partials_buf *)loom_xcalloc(1, sizeof(cuda_partials_buf));
+    return cu->partials;
+}
+
+void cuda_flush_partials(loom_cuda *cu) {
+    cuda_partials_buf *pb = cu->partials;
+    if (!pb || !pb->pending.njobs) return;
+    int blocks = 0;
+    for (int k = 0; k < pb->pending.njobs; k++) pb->pending.job[k].first = blocks, blocks += ap_blocks(pb->pending.job[k]);
+    cuda_launch(cu->stream, add_partials_kernel, (unsigned)blocks, AP_COLS * AP_GROUPS, 0, pb->pending);
+    pb->pending.njobs = 0;
+    pb->used = 0; // ops after the launch may write there again: they wait for it (cuda_ops.h)
+}
+
+float *cuda_partials(loom_cuda *cu, size_t bytes) {
+    cuda_partials_buf *pb = partials_buf(cu);
+    bytes = cuda_align256(bytes);
+    if (pb->used + bytes > pb->bytes) cuda_flush_partials(cu); // the waiting adds read what is there
+    cuda_grow(cu, &pb->buf, &pb->bytes, bytes);
+    float *p = (float *)((char *)pb->buf + pb->used);
+    pb->used += bytes;
+    return p;
+}
+
+void cuda_partials_free(loom_cuda *cu) {
+    if (!cu->partials) return;
+    if (cu->partials->buf) CUDA_CHECK(cudaFree(cu->partials->buf));
+    free(cu->partials);
+    cu->partials = NULL;
+}
+
+// Whether the destinations of two adds share a byte
+static bool ap_overlap(const ap_job &a, const ap_job &b) {
+    for (int x = 0; x < a.ndst; x++)
+        for (int y = 0; y < b.ndst; y++) {
+            const char *p = (const char *)a.dst[x], *q = (const char *)b.dst[y];
+            if (p < q + b.n * (b.bf ? 2 : 4) && q < p + a.n * (a.bf ? 2 : 4)) return true;
+        }
+    return false;
 }
 
 void cuda_add_partials_n(loom_cuda *cu, void *const *dst, int ndst, bool dst_bf, bool add, const float *partials,
                          int64_t nparts, int64_t stride, int64_t n) {
     LOOM_CHECK(ndst >= 1 && ndst <= AP_DSTS);
     if (!n) return;
-    ap_dsts d = {};
-    for (int k = 0; k < ndst; k++) d.p[k] = dst[k];
-    cuda_launch(cu->stream, add_partials_kernel, (unsigned)((ndst * n + AP_COLS - 1) / AP_COLS), AP_COLS * AP_GROUPS, 0,
-                d, ndst, dst_bf, add, partials, nparts, stride, n);
+    cuda_partials_buf *pb = partials_buf(cu);
+    ap_job j = {};
+    for (int k = 0; k < ndst; k++) j.dst[k] = dst[k];
+    j.partials = partials, j.nparts = nparts, j.stride = stride, j.n = n, j.ndst = ndst, j.bf = dst_bf, j.add = add;
+    // an add waiting for a destination this one touches goes first, and so do all when the table is full
+    bool before = pb->pending.njobs == AP_JOBS;
+    for (int k = 0; k < pb->pending.njobs; k++) before |= ap_overlap(pb->pending.job[k], j);
+    if (before) cuda_flush_partials(cu);
+    pb->pending.job[pb->pending.njobs++] = j;
+    // it waits only while asked to, and where its partials stay until then (cuda_partials)
+    const char *at = (const char *)pb->buf;
+    bool kept = at && (const char *)partials >= at && (const char *)partials < at + pb->used;
+    if (!cu->base.grads_defer || !kept) cuda_flush_partials(cu);
 }
 
 void cuda_add_partials(loom_cuda *cu, void *dst, bool dst_bf, bool add, const float *partials, int64_t nparts,
@@ -106,7 +180,7 @@ __global__ void column_partials_kernel(float *partials, const T *x, int64_t N, i
 void cuda_column_sums(loom_cuda *cu, void *dst, const void *x, int64_t N, int64_t n, int64_t ld, bool bf, bool add) {
     if (!N || !n) return;
     int64_t chunk = cuda_row_chunk(N), nchunks = (N + chunk - 1) / chunk;
-    float *part = (float *)cuda_scratch(cu, (size_t)(nchunks * n) * sizeof(float));
+    float *part = cuda_partials(cu, (size_t)(nchunks * n) * sizeof(float));
     CUDA_DISPATCH(bf, cuda_vec_ok(bf, n, x) && cuda_vec_ok(bf, ld, NULL), {
         dim3 grid((unsigned)((n + COL_VECS * W - 1) / (COL_VECS * W)), (unsigned)nchunks);
         cuda_launch(cu->stream, column_partials_kernel<T, W>, grid, COL_VECS * COL_GROUPS, 0, part, (const T *)x, N, n,
