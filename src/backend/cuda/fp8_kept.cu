@@ -181,7 +181,8 @@ void cuda_fp8_forget_cols(loom_cuda *cu, const void *x) {
 void cuda_fp8_kept_freed(loom_cuda *cu, const void *p, size_t bytes) {
     cuda_fp8_kept *k = cu->fp8_kept;
     if (!k) return;
-    auto in = [&](const void *x) { return (const char *)x >= (const char *)p && (const char *)x < (const char *)p + bytes; };
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    auto in = [&](const void *x) { return (const char *)x >= lo && (const char *)x < hi; };
     for (int i = 0; i < k->ninputs; i++)
         if (in(k->inputs[i].x)) k->inputs[i].site = k->inputs[i].promised = -1;
     if (in(k->x)) k->x = NULL;

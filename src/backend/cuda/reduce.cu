@@ -84,7 +84,10 @@ void cuda_flush_partials(loom_cuda *cu) {
     cuda_partials_buf *pb = cu->partials;
     if (!pb || !pb->pending.njobs) return;
     int blocks = 0;
-    for (int k = 0; k < pb->pending.njobs; k++) pb->pending.job[k].first = blocks, blocks += ap_blocks(pb->pending.job[k]);
+    for (int k = 0; k < pb->pending.njobs; k++) {
+        pb->pending.job[k].first = blocks;
+        blocks += ap_blocks(pb->pending.job[k]);
+    }
     cuda_launch(cu->stream, add_partials_kernel, (unsigned)blocks, AP_COLS * AP_GROUPS, 0, pb->pending);
     pb->pending.njobs = 0;
     pb->used = 0; // ops after the launch may write there again: they wait for it (cuda_ops.h)
