@@ -67,7 +67,7 @@ static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *ta
     memcpy(targets, r->targets, r->n * sizeof(int32_t));
 }
 
-// What NVML saw over the timed steps (their separate forwards included), read at each step's end.
+// What NVML saw over the timed steps, read at each step's end.
 // The energy counter moves in steps (every ~100 ms on an H200), so the mean power is taken between
 // the first and the last read at which it had moved: (e1 - e0) / (t1 - t0), within a step's time
 // at each end.
@@ -111,16 +111,26 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
     t->timed = true;
     random_batch(&tokens, 0, t->inputs, t->targets);
     *use = (power_use){0};
+    // Steps back to back, each timed from the previous one's end: the host's time between them (the
+    // power read) counts, since the device's collectives run on through it (ZeRO 1/2's parameter
+    // all-gather, which the next step's forward waits for).
+    double last = loom_now();
     for (int i = -warmup; i < steps; i++) {
         if (i == 0) power_note(&pw, use);
+        loom_step_result r;
+        LOOM_CHECK(loom_train_step(t, random_batch, &tokens, &r) == LOOM_OK);
+        double now = loom_now();
+        if (i >= 0) tfb[i] = now - last - t->time_opt, to[i] = t->time_opt, tw[i] = t->time_wait;
+        last = now;
+        if (i >= 0) power_note(&pw, use);
+    }
+    // The forward alone, after the steps: between two steps it would take in the parameters'
+    // all-gather (ZeRO 1/2), which a step overlaps with its own forward.
+    for (int i = 0; i < steps; i++) {
         double t0 = loom_now();
         loom_gpt2_loss(t->model, t->inputs, t->targets, c->batch, c->seq);
         t->be->synchronize(t->be);
-        double t1 = loom_now();
-        loom_step_result r;
-        LOOM_CHECK(loom_train_step(t, random_batch, &tokens, &r) == LOOM_OK);
-        if (i >= 0) tf[i] = t1 - t0, tfb[i] = t->time_fwd_bwd, to[i] = t->time_opt, tw[i] = t->time_wait;
-        if (i >= 0) power_note(&pw, use);
+        tf[i] = loom_now() - t0;
     }
     *fwd = median(tf, steps), *fb = median(tfb, steps), *opt = median(to, steps), *wait = median(tw, steps);
     free(tokens.inputs);
@@ -251,8 +261,9 @@ int loom_cmd_bench(int argc, char **argv) {
     loom_info("GFLOP/s: the model's FLOPs of a step (6N + 6LTC per token) per rank / the step time\n"
               "ratio:   GFLOP/s / matmul GFLOP/s, this backend's own rate on one 2048 x 2048 x 2048 product measured\n"
               "         just before: how near the whole step comes to the device's matmul speed\n"
-              "bwd ms:  the step's forward and backward passes with the gradients' reduction and norm, less fwd ms\n"
-              "         (one forward timed apart); step ms = fwd + bwd + opt\n%s",
+              "bwd ms:  the step's forward and backward passes with the gradients' reduction and norm, timed from\n"
+              "         the previous step's end, less fwd ms (forwards timed apart, after the steps); step ms =\n"
+              "         fwd + bwd + opt\n%s",
               peak_tflops > 0 ? "MFU:     GFLOP/s / the hardware peak (--peak-tflops)\n" : "");
     if (c.cuda_graphs)
         loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");

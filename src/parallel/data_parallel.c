@@ -3,9 +3,11 @@
 //                    bucket reduce-scatters); end_micro_batch
 //   (zero 0: each bucket's all-gather of the reduced pieces starts at the next layer's hook)
 //   reduced_grads (zero 0: the rest of the all-gathers, and waits; the norm) -> AdamW on the
-//   slices -> gather_params
+//   slices -> gather_params (zero 1/2: the all-gathers start; the next forward's
+//   LOOM_HOOK_FORWARD hooks wait for each before the first layer that reads it)
 #include "parallel/data_parallel.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +19,7 @@ typedef struct {
     int ready_layer;      // backward layer after which every gradient in it is final
     bool staged;          // len % W != 0: reduced and gathered through the staging buffer (ZeRO 0-2)
     bool reducing;        // its reduction has started and is not finished
+    bool gathering;       // its all-gather into dp->gather_to has started and is not finished
     void *target;         // ZeRO 3: where its reduction lands (the shard, or the scratch to add)
     loom_comm_req *req;
 } bucket;
@@ -37,6 +40,7 @@ struct loom_dp {
     void *shard, *scratch;    // (shard_n) reduced pieces; zero 2: one micro-batch's before accumulation
                               // (zero 3: one piece)
     void *staging;            // (W * piece of the ragged bucket)
+    void *gather_to;          // the full buffer of the all-gathers in flight (grads, or params)
     double *norm_acc;         // (W) fp64 sums of squares of each rank's pieces, in backend memory
     bool communicate, first;  // this micro-batch reduces; it is the step's first reduction
     loom_status error;
@@ -46,6 +50,8 @@ struct loom_dp {
 };
 
 #define AT(p, i) ((char *)(p) + (size_t)(i) * dp->es)
+
+static void finish_gathers(loom_dp *dp, int layer);
 
 // Backward layer after which every gradient in [start, end) is final: the earliest (lowest)
 // layer among the tensors it touches (backward runs from the last layer to the first).
@@ -165,6 +171,7 @@ loom_status loom_dp_plan(const loom_param_table *table, int W, bool replicas, lo
 
 void loom_dp_free(loom_dp *dp) {
     if (!dp) return;
+    finish_gathers(dp, INT_MAX); // nothing in flight into buffers about to go
     dp->be->free(dp->be, dp->shard);
     dp->be->free(dp->be, dp->scratch);
     dp->be->free(dp->be, dp->staging);
@@ -207,13 +214,29 @@ static void keep_error(loom_dp *dp, loom_status s) {
     if (s != LOOM_OK && dp->error == LOOM_OK) dp->error = s;
 }
 
+static loom_status take_error(loom_dp *dp) {
+    loom_status s = dp->error;
+    dp->error = LOOM_OK;
+    return s;
+}
+
+// Completes bucket b's all-gather into dp->gather_to (the ragged bucket's out of the staging
+// buffer).
+static void finish_gather(loom_dp *dp, int b) {
+    bucket *k = &dp->buckets[b];
+    if (k->req) keep_error(dp, loom_comm_wait(k->req));
+    k->req = NULL;
+    k->gathering = false;
+    if (k->staged) dp->be->copy(dp->be, AT(dp->gather_to, k->start), dp->staging, (size_t)k->len * dp->es);
+}
+
 // Starts bucket b's reduce-scatter (average over ranks) into the shard (zero 2: the scratch; zero
 // 3: the shard on the step's first reduction, else the scratch; one rank: a copy).
 static void start_reduce(loom_dp *dp, int b) {
     bucket *k = &dp->buckets[b];
     loom_backend *be = dp->be;
     const void *send = dp->zero == 3 ? dp->units.grads(dp->units.ctx, b) : AT(dp->grads, k->start);
-    LOOM_CHECK(send);
+    LOOM_CHECK(send && !k->gathering); // the parameters' gather was waited for by the forward
     if (k->staged) { // the ragged last bucket, padded with zeros
         be->copy(be, dp->staging, send, (size_t)k->len * dp->es);
         be->zero(be, AT(dp->staging, k->len), (size_t)(k->piece * dp->W - k->len) * dp->es);
@@ -259,8 +282,10 @@ static void finish_reductions(loom_dp *dp) {
 static void start_grads_gather(loom_dp *dp, int b) {
     bucket *k = &dp->buckets[b];
     finish_reduce(dp, b);
+    dp->gather_to = dp->grads;
     keep_error(dp, loom_allgather(dp->comm, AT(dp->shard, k->shard_offset), AT(dp->grads, k->start), (size_t)k->piece,
                                   dp->be->dtype, &k->req));
+    k->gathering = true;
 }
 
 void loom_dp_grads_ready(void *ctx, int layer) {
@@ -282,14 +307,6 @@ void loom_dp_grads_ready(void *ctx, int layer) {
     }
 }
 
-static void wait_all(loom_dp *dp) {
-    for (int b = 0; b < dp->nbuckets; b++)
-        if (dp->buckets[b].req) {
-            keep_error(dp, loom_comm_wait(dp->buckets[b].req));
-            dp->buckets[b].req = NULL;
-        }
-}
-
 loom_status loom_dp_end_micro_batch(loom_dp *dp) {
     if (dp->communicate) {
         finish_reductions(dp);
@@ -302,9 +319,7 @@ loom_status loom_dp_end_micro_batch(loom_dp *dp) {
             be->zero(be, dp->grads, (size_t)dp->num_elements * dp->es);
         }
     }
-    loom_status s = dp->error;
-    dp->error = LOOM_OK;
-    return s;
+    return take_error(dp);
 }
 
 // Sum of squares of the counted tensors' elements among flat elements [lo, hi), whose values
@@ -368,28 +383,29 @@ static double ranks_sumsq(loom_dp *dp, int r0, int r1, bool from_shard) {
     return total;
 }
 
-// Gathers every rank's piece of each bucket into full (in place: this rank's piece is already
-// at full + start + R*piece, or in the shard when from_shard), but for the buckets with a request
-// in flight: every reduction has finished by now, so that is an all-gather started during
-// backward (start_grads_gather). Then waits for all.
-static loom_status gather(loom_dp *dp, void *full, bool from_shard) {
+// Starts the all-gather of every rank's piece of each bucket into full (in place: this rank's
+// piece is already at full + start + R*piece, or in the shard when from_shard; the ragged bucket
+// through the staging buffer, which nothing else uses until it is finished), but for the buckets
+// with a gather in flight: every reduction has finished by now, so that is an all-gather of ZeRO
+// 0's gradients started during backward (start_grads_gather).
+static void start_gathers(loom_dp *dp, void *full, bool from_shard) {
+    dp->gather_to = full;
     for (int b = 0; b < dp->nbuckets; b++) {
         bucket *k = &dp->buckets[b];
-        if (k->req) continue;
+        if (k->gathering) continue;
         void *dst = k->staged ? dp->staging : AT(full, k->start), *mine = AT(dst, (int64_t)dp->R * k->piece);
         const void *src = from_shard ? AT(dp->shard, k->shard_offset) : AT(full, k->start + (int64_t)dp->R * k->piece);
         if (src != mine) dp->be->copy(dp->be, mine, src, (size_t)k->own_len * dp->es);
         keep_error(dp, loom_allgather(dp->comm, NULL, dst, (size_t)k->piece, dp->be->dtype, &k->req));
-        if (k->staged) { // one staging buffer: finish before the next use
-            keep_error(dp, loom_comm_wait(k->req));
-            k->req = NULL;
-            dp->be->copy(dp->be, AT(full, k->start), dp->staging, (size_t)k->len * dp->es);
-        }
+        k->gathering = true;
     }
-    wait_all(dp);
-    loom_status s = dp->error;
-    dp->error = LOOM_OK;
-    return s;
+}
+
+// Completes the gathers of the buckets whose parameters `layer` may read: those holding a
+// tensor of a layer <= `layer` (forward runs -1, 0, ..., L; all of them at INT_MAX).
+static void finish_gathers(loom_dp *dp, int layer) {
+    for (int b = 0; b < dp->nbuckets; b++)
+        if (dp->buckets[b].gathering && dp->buckets[b].ready_layer <= layer) finish_gather(dp, b);
 }
 
 loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq) {
@@ -398,7 +414,9 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *norm_sumsq)
         *grads = dp->grads;
         sumsq = piece_sumsq(dp, 0, false, NULL);
     } else if (dp->zero == 0) {
-        LOOM_TRY(gather(dp, dp->grads, true));
+        start_gathers(dp, dp->grads, true);
+        finish_gathers(dp, INT_MAX);
+        LOOM_TRY(take_error(dp));
         *grads = dp->grads;
         sumsq = ranks_sumsq(dp, 0, dp->W, false);
     } else {
@@ -421,5 +439,13 @@ void loom_dp_local_grads(loom_dp *dp, void **grads, double *sumsq) {
 
 loom_status loom_dp_gather_params(loom_dp *dp, void *params) {
     if (!dp->reduces || dp->zero == 0 || dp->zero == 3) return LOOM_OK; // zero 3: the owner gathers units on use
-    return gather(dp, params, false);
+    start_gathers(dp, params, false);
+    return take_error(dp);
+}
+
+void loom_dp_params_ready(void *ctx, int layer) { finish_gathers(ctx, layer); }
+
+loom_status loom_dp_wait_params(loom_dp *dp) {
+    finish_gathers(dp, INT_MAX);
+    return take_error(dp);
 }

@@ -102,6 +102,15 @@ loom_status loom_dp_reduced_grads(loom_dp *dp, void **grads, double *sumsq);
 // 0 before) by the backend (sumsq_add), the same additions in the same order as
 // loom_dp_reduced_grads's on the host, so the same bits.
 void loom_dp_local_grads(loom_dp *dp, void **grads, double *sumsq);
-// After the optimizer step: all-gathers the updated parameter pieces (zero 1, 2; zero 3 gathers
-// each unit when it is used).
+// After the optimizer step: starts the all-gathers of the updated parameter pieces into params
+// (zero 1, 2, bucket by bucket in flat order; zero 3 gathers each unit when it is used) and
+// returns without waiting, so that they run under the next forward (as Megatron-LM's
+// distributed optimizer overlaps its parameter all-gather): loom_dp_params_ready, the model's
+// LOOM_HOOK_FORWARD hook, waits for the buckets holding a tensor of that layer or an earlier
+// one (with NCCL the compute stream waits; the host does not). Whatever reads the parameters
+// outside a forward calls loom_dp_wait_params first. Errors: the first communication failure.
 loom_status loom_dp_gather_params(loom_dp *dp, void *params);
+void loom_dp_params_ready(void *ctx, int layer);
+// Waits for every parameter all-gather in flight. Errors: the first communication failure,
+// also of a wait in loom_dp_params_ready.
+loom_status loom_dp_wait_params(loom_dp *dp);

@@ -117,7 +117,7 @@ static loom_status check_finite(const loom_trainer *t, const float *flat) {
 loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report) {
     const loom_gpt2 *m = t->model;
     float *flat = loom_xmalloc((size_t)m->num_elements * sizeof(float)); // ZeRO 3: gathered unit by unit
-    loom_status s = t->fsdp ? loom_fsdp_gather_params(t->fsdp, flat) : LOOM_OK;
+    loom_status s = t->fsdp ? loom_fsdp_gather_params(t->fsdp, flat) : loom_dp_wait_params(t->dp);
     if (!t->fsdp) loom_gpt2_download(m, m->params, flat);
     if (s == LOOM_OK) s = check_finite(t, flat);
     s = loom_comm_agree(t->world, s, report); // on every rank, before the save's first collective

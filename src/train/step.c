@@ -82,8 +82,8 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     int A = t->grad_accum, B = c->batch, T = loom_train_seq_rows(t);
     wrap_batch(t, &batch, &ctx);
     uint64_t first = loom_train_first_micro_batch(t);
-    double t0 = loom_now();
     loom_gpt2_zero_grads(m);
+    if (t->be->fp8) LOOM_TRY(loom_dp_wait_params(t->dp)); // the FP8 casts read every weight at once
     loom_train_fp8_begin(t);
     double sum = 0;
     if (t->pipe) { // the schedule's actions over the A micro-batches, then one reduction
@@ -115,8 +115,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     double sumsq;
     LOOM_TRY(loom_dp_reduced_grads(t->dp, &t->reduced, &sumsq));
     LOOM_TRY(loom_allreduce(t->mesh->host[LOOM_GROUP_MP], &sumsq, 1, LOOM_F64, LOOM_SUM, NULL)); // each parameter once
-    if (t->timed) t->be->synchronize(t->be);
-    t->time_fwd_bwd = loom_now() - t0; // with the gradients' reduction and norm
+    if (t->timed) t->be->synchronize(t->be); // the update's time apart
     out->norm = sqrt(sumsq);
     out->lr = loom_lr_at(&c->lr, t->st.step);
     return LOOM_OK;

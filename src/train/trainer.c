@@ -150,6 +150,7 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
         LOOM_TRY(loom_fsdp_create(&t->fsdp, t->dp, mesh->dev[LOOM_GROUP_SHARD], t->be, &m->table, cfg->num_layers, m->p,
                                   m->g, &m->hooks, c->offload_params));
     loom_hooks_add(&m->hooks, LOOM_HOOK_GRADS, loom_dp_grads_ready, t->dp);
+    loom_hooks_add(&m->hooks, LOOM_HOOK_FORWARD, loom_dp_params_ready, t->dp);
     set_params(t, file);
     int n;
     const loom_param_slice *slices = loom_dp_slices(t->dp, &n);

@@ -97,10 +97,9 @@ typedef struct {
     uint64_t batch_first;
     void *reduced;             // the averaged gradients of the last backward (optimizer-state order)
     bool timed;                // synchronise to time the step's phases
-    double time_fwd_bwd, time_opt; // seconds of the last step's micro-batches with the gradients'
-                               // reduction and norm, and of its update (when timed; a replayed
-                               // step is one: all of it in time_fwd_bwd, time_opt 0)
-    double time_wait;          // seconds of time_fwd_bwd this rank spent in the loss's all-reduce over
+    double time_opt;           // seconds of the last step's update (when timed; 0 for a replayed step,
+                               // which is one)
+    double time_wait;          // seconds of the last step this rank spent in the loss's all-reduce over
                                // the data- and context-parallel ranks, after its own micro-batches
                                // had finished: its wait for the slowest rank (0 on one rank)
     struct loom_step_graph *graph; // cuda_graphs: the step's recording (train/step_graph.c; else NULL)

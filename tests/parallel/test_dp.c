@@ -4,7 +4,7 @@
 // reads each unit's from its owner's buffer and hands every buffer back), then the reduced
 // gradients (the average over ranks) at every optimizer slice, the slices covering each element
 // exactly once over the ranks of a replica (ZeRO 1-3), the global norm, and the parameters
-// gathered back on every rank (ZeRO 0-2). With an even number of ranks, the same as two
+// gathered back on every rank (ZeRO 0-2), each layer's by the time its forward hook has run. With an even number of ranks, the same as two
 // replicas of hybrid sharding (ZeRO 1-3). Also the errors of impossible layouts.
 #include "harness.h"
 
@@ -130,9 +130,15 @@ static void run_case(loom_comm *world, loom_backend *be, int zero, int A, int re
     T_ASSERT(fabs(norm - sqrt(sumsq)) < 1e-5 * sqrt(sumsq), "ZeRO %d A=%d replicas %d: norm %g vs %g", zero, A,
              replicas, norm, sqrt(sumsq));
     T_ASSERT(loom_dp_gather_params(dp, params) == LOOM_OK, "gather params");
-    int bad = 0;
-    for (int64_t i = 0; i < N && zero < 3; i++) bad += !(fabs(params[i] - (2.0 * want[i] + 1.0)) < 1e-5 * (2 * fabs(want[i]) + 1));
-    T_ASSERT(bad == 0, "ZeRO %d A=%d: %d parameters wrong after the gather", zero, A, bad);
+    int bad = 0; // the next forward's hooks: after layer l's, the parameters of layers <= l are gathered
+    for (int layer = -1; layer <= L && zero < 3; layer++) {
+        loom_dp_params_ready(dp, layer);
+        for (int64_t i = 0; i < N; i++)
+            if (layer_of(&table, i) == layer)
+                bad += !(fabs(params[i] - (2.0 * want[i] + 1.0)) < 1e-5 * (2 * fabs(want[i]) + 1));
+    }
+    T_ASSERT(loom_dp_wait_params(dp) == LOOM_OK, "wait params");
+    T_ASSERT(bad == 0, "ZeRO %d A=%d: %d parameters wrong after their layer's forward hook", zero, A, bad);
     if (replicas > 1) {
         loom_comm_free(c);
         loom_comm_free(rep);
