@@ -24,7 +24,8 @@
 #      GPUs, beside bench/peer/gpt2_torch.py --fsdp (fully_shard per block) under torchrun:
 #      tokens/s and peak memory per GPU
 # PARTS (default "1 2 3 4 5") picks the parts to run, so that they can be spread over several
-# device calls; DDP_MODELS, TP_MODELS and FSDP_MODELS the models of parts 3, 4 and 5.
+# device calls; DDP_MODELS, TP_MODELS and FSDP_MODELS the models of parts 3, 4 and 5; CTA_SWEEP
+# (e.g. "8 12 16 24") adds part 3 rows of ZeRO 1 with NCCL_MAX_CTAS at each value.
 # Prints one table last; exit 1 when a check failed, 2 with fewer than 2 GPUs.
 NAME=multi_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
@@ -65,6 +66,16 @@ done
 # 3. data parallelism beside PyTorch DDP
 tps() { bench_row "$1" | awk '{print $2}'; } # tokens/s of a loom bench table
 peak() { bench_row "$1" | awk '{print $4 $5}'; }
+# two_gpus NAME LOG [FLAGS...]: loom bench on 2 GPUs (B, one and t2 of the model in hand), a row against
+# one GPU's tokens/s and DDP's
+two_gpus() {
+    local name=$1 log=$2
+    shift 2
+    "${MPI[@]}" 2 "$LOOM" bench "${B[@]}" "$@" >"$log" 2>&1 || failed=1
+    row "$name" "$(awk -v a="$one" -v b="$(tps "$log")" -v t="$t2" -v p="$(peak "$log")" \
+        'BEGIN {printf "%.0f / %.0f tokens/s, scaling %.1f%%, %.3fx DDP, peak %s", a, b, 100 * b / (2 * a), b / t, p}');\
+ $(grep -o 'wait ms: [0-9.]* on rank [0-9]*, [0-9.]* on rank [0-9]*' "$log")"
+}
 part 3 && for m in ${DDP_MODELS:-gpt2 gpt2-medium}; do
     B=(--model "$m" --batch 16 --seq 1024 --steps 10 --warmup 3 --device cuda --precision bf16)
     "$LOOM" bench "${B[@]}" >"$OUTDIR/ddp_loom_${m}_1.txt" 2>&1 || failed=1
@@ -88,12 +99,11 @@ print(r[0]["tokens_per_s"], two["tokens_per_s"], "%.2f" % two["peak_mem_gib"])' 
     row "$m B=16 PyTorch DDP: 1 / 2 GPUs" "$(awk -v a="$t1" -v b="$t2" -v p="$tpeak" \
         'BEGIN {printf "%.0f / %.0f tokens/s, scaling %.1f%%, peak %s GiB", a, b, 100 * b / (2 * a), p}')"
     for zero in 0 1 2 3; do
-        "${MPI[@]}" 2 "$LOOM" bench "${B[@]}" --zero "$zero" >"$OUTDIR/ddp_loom_${m}_2_z$zero.txt" 2>&1 || failed=1
-        two=$(tps "$OUTDIR/ddp_loom_${m}_2_z$zero.txt")
-        row "$m B=16 loom ZeRO $zero: 1 / 2 GPUs" "$(awk -v a="$one" -v b="$two" -v t="$t2" \
-            -v p="$(peak "$OUTDIR/ddp_loom_${m}_2_z$zero.txt")" \
-            'BEGIN {printf "%.0f / %.0f tokens/s, scaling %.1f%%, %.3fx DDP, peak %s", a, b, 100 * b / (2 * a), b / t, p}');\
- $(grep -o 'wait ms: [0-9.]* on rank [0-9]*, [0-9.]* on rank [0-9]*' "$OUTDIR/ddp_loom_${m}_2_z$zero.txt")"
+        two_gpus "$m B=16 loom ZeRO $zero: 1 / 2 GPUs" "$OUTDIR/ddp_loom_${m}_2_z$zero.txt" --zero "$zero"
+    done
+    for ctas in ${CTA_SWEEP:-}; do # NCCL's CTAs beside the backward's products (NOTES.md, twenty-first session)
+        NCCL_MAX_CTAS=$ctas two_gpus "$m B=16 loom ZeRO 1, NCCL_MAX_CTAS=$ctas" "$OUTDIR/ddp_loom_${m}_2_ctas$ctas.txt" \
+            --zero 1
     done
 done
 
