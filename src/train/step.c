@@ -59,10 +59,12 @@ static loom_status pipeline_sync(loom_trainer *t) {
     return loom_dp_end_micro_batch(t->dp);
 }
 
-void loom_train_fp8_begin(loom_trainer *t) {
-    if (!t->be->fp8) return;
+loom_status loom_train_fp8_begin(loom_trainer *t) {
+    if (!t->be->fp8) return LOOM_OK;
+    LOOM_TRY(loom_dp_wait_params(t->dp)); // the weights' casts below read every weight at once
     t->be->fp8_begin(t->be);
     loom_gpt2_fp8_weights(t->model);
+    return LOOM_OK;
 }
 
 loom_status loom_train_fp8_end(loom_trainer *t) {
@@ -83,8 +85,7 @@ loom_status loom_train_backward(loom_trainer *t, loom_batch_fn batch, void *ctx,
     wrap_batch(t, &batch, &ctx);
     uint64_t first = loom_train_first_micro_batch(t);
     loom_gpt2_zero_grads(m);
-    if (t->be->fp8) LOOM_TRY(loom_dp_wait_params(t->dp)); // the FP8 casts read every weight at once
-    loom_train_fp8_begin(t);
+    LOOM_TRY(loom_train_fp8_begin(t));
     double sum = 0;
     if (t->pipe) { // the schedule's actions over the A micro-batches, then one reduction
         t->batch = batch, t->batch_ctx = ctx, t->batch_first = first;

@@ -77,7 +77,7 @@ static loom_status issue(loom_trainer *t) {
     int A = t->grad_accum;
     be->copy(be, g->dev, g->host, sizeof *g->dev);
     loom_gpt2_zero_grads(m);
-    loom_train_fp8_begin(t);
+    LOOM_TRY(loom_train_fp8_begin(t));
     for (int a = 0; a < A; a++) {
         const int32_t *inputs = g->tokens + 2 * a * g->N;
         loom_dp_begin_micro_batch(t->dp, m->grads, a == 0, loom_dp_syncs(t->dp, a, A));

@@ -38,12 +38,13 @@ uint64_t loom_train_first_micro_batch(const loom_trainer *t);
 // loss or the norm is not finite, loom_train_skip (out->skipped).
 loom_status loom_train_step_ops(loom_trainer *t, loom_batch_fn batch, void *ctx, loom_step_result *out);
 // FP8 around a step's micro-batches (with be->fp8; nothing otherwise): loom_train_fp8_begin
-// zeroes delayed scaling's slot amaxes (casts outside training, an evaluation's or a sample's,
-// count for nothing) and has the step's FP8 weights made (loom_gpt2_fp8_weights; under either
-// recipe); loom_train_fp8_end takes the amaxes' max over the data-parallel ranks (which then
-// scale alike, as one rank running all their micro-batches would) and rolls them into the
-// histories, and the weights' copies go stale. Errors: those of the all-reduce.
-void loom_train_fp8_begin(loom_trainer *t);
+// waits for the parameters' all-gather in flight (ZeRO 1/2), zeroes delayed scaling's slot amaxes
+// (casts outside training, an evaluation's or a sample's, count for nothing) and has the step's
+// FP8 weights made (loom_gpt2_fp8_weights; under either recipe); loom_train_fp8_end takes the
+// amaxes' max over the data-parallel ranks (which then scale alike, as one rank running all their
+// micro-batches would) and rolls them into the histories, and the weights' copies go stale.
+// Errors: those of the gather's wait and of the all-reduce.
+loom_status loom_train_fp8_begin(loom_trainer *t);
 loom_status loom_train_fp8_end(loom_trainer *t);
 // After step t->st.step's update ran (loom_train_update's, or a replay's): its loss kept, and
 // t->st past the step and its data.
