@@ -25,7 +25,8 @@
 #      tokens/s and peak memory per GPU
 # PARTS (default "1 2 3 4 5") picks the parts to run, so that they can be spread over several
 # device calls; DDP_MODELS, TP_MODELS and FSDP_MODELS the models of parts 3, 4 and 5; CTA_SWEEP
-# (e.g. "8 12 16 24") adds part 3 rows of ZeRO 1 with NCCL_MAX_CTAS at each value.
+# (e.g. "8 12 16 24") adds part 3 rows with NCCL_MAX_CTAS at each value, of the ZeRO stages in
+# CTA_ZEROS (default 1).
 # Prints one table last; exit 1 when a check failed, 2 with fewer than 2 GPUs.
 NAME=multi_gpu
 source "$(dirname "$0")/gpu_checks_lib.sh"
@@ -102,8 +103,10 @@ print(r[0]["tokens_per_s"], two["tokens_per_s"], "%.2f" % two["peak_mem_gib"])' 
         two_gpus "$m B=16 loom ZeRO $zero: 1 / 2 GPUs" "$OUTDIR/ddp_loom_${m}_2_z$zero.txt" --zero "$zero"
     done
     for ctas in ${CTA_SWEEP:-}; do # NCCL's CTAs beside the backward's products (NOTES.md, twenty-first session)
-        NCCL_MAX_CTAS=$ctas two_gpus "$m B=16 loom ZeRO 1, NCCL_MAX_CTAS=$ctas" "$OUTDIR/ddp_loom_${m}_2_ctas$ctas.txt" \
-            --zero 1
+        for zero in ${CTA_ZEROS:-1}; do
+            NCCL_MAX_CTAS=$ctas two_gpus "$m B=16 loom ZeRO $zero, NCCL_MAX_CTAS=$ctas" \
+                "$OUTDIR/ddp_loom_${m}_2_z${zero}_ctas$ctas.txt" --zero "$zero"
+        done
     done
 done
 

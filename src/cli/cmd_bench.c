@@ -67,38 +67,11 @@ static void random_batch(void *ctx, uint64_t index, int32_t *inputs, int32_t *ta
     memcpy(targets, r->targets, r->n * sizeof(int32_t));
 }
 
-// What NVML saw over the timed steps, read at each step's end.
-// The energy counter moves in steps (every ~100 ms on an H200), so the mean power is taken between
-// the first and the last read at which it had moved: (e1 - e0) / (t1 - t0), within a step's time
-// at each end.
-typedef struct {
-    double e0, t0, e1, t1, last, mhz; // joules and seconds at the first and last moves; the last reading
-    int moves, reads, capped;         // reads after the first: their SM clocks summed, those at the power limit
-    char lost[200];                   // why a read failed (no figure then), or ""
-} power_use;
-
-static void power_note(loom_power **pw, power_use *u) {
-    loom_power_sample s;
-    if (!*pw) return;
-    if (loom_power_read(*pw, &s) != LOOM_OK) { // no figure rather than a part of one
-        *pw = NULL;
-        snprintf(u->lost, sizeof u->lost, "%s", loom_error_message());
-        return;
-    }
-    double now = loom_now();
-    if (u->reads > 0 && s.energy_j != u->last) {
-        if (u->moves++ == 0) u->e0 = s.energy_j, u->t0 = now;
-        u->e1 = s.energy_j, u->t1 = now;
-    }
-    if (u->reads++ > 0) u->mhz += s.sm_mhz, u->capped += s.power_capped;
-    u->last = s.energy_j;
-}
-
 // Median seconds of the forward, the step's micro-batches (forward + backward), its update and
 // this rank's wait for the others (trainer.h's time_wait); with pw (not NULL), the GPU's power
-// over the timed steps into *use
+// over the timed steps into *use, read by a meter thread (use->reads is 0 where it did not start)
 static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, double *fb, double *opt, double *wait,
-                       loom_power *pw, power_use *use) {
+                       loom_power *pw, loom_power_use *use) {
     loom_train_config *c = &t->cfg;
     double *tf = loom_xmalloc((size_t)steps * sizeof(double)), *tfb = loom_xmalloc((size_t)steps * sizeof(double));
     double *to = loom_xmalloc((size_t)steps * sizeof(double)), *tw = loom_xmalloc((size_t)steps * sizeof(double));
@@ -110,20 +83,21 @@ static void time_steps(loom_trainer *t, int warmup, int steps, double *fwd, doub
     }
     t->timed = true;
     random_batch(&tokens, 0, t->inputs, t->targets);
-    *use = (power_use){0};
-    // Steps back to back, each timed from the previous one's end: the host's time between them (the
-    // power read) counts, since the device's collectives run on through it (ZeRO 1/2's parameter
-    // all-gather, which the next step's forward waits for).
+    *use = (loom_power_use){0};
+    // Steps back to back, each timed from the previous one's end, with nothing between them: the
+    // device's collectives run on from one step into the next (ZeRO 1/2's parameter all-gather,
+    // which the next step's forward waits for), and the power is read by another thread.
     double last = loom_now();
     for (int i = -warmup; i < steps; i++) {
-        if (i == 0) power_note(&pw, use);
+        if (i == 0 && pw && loom_power_meter_start(pw, 0.005) != LOOM_OK)
+            snprintf(use->lost, sizeof use->lost, "%s", loom_error_message());
         loom_step_result r;
         LOOM_CHECK(loom_train_step(t, random_batch, &tokens, &r) == LOOM_OK);
         double now = loom_now();
         if (i >= 0) tfb[i] = now - last - t->time_opt, to[i] = t->time_opt, tw[i] = t->time_wait;
         last = now;
-        if (i >= 0) power_note(&pw, use);
     }
+    if (pw && !use->lost[0]) loom_power_meter_stop(pw, use);
     // The forward alone, after the steps: between two steps it would take in the parameters'
     // all-gather (ZeRO 1/2), which a step overlaps with its own forward.
     for (int i = 0; i < steps; i++) {
@@ -236,11 +210,11 @@ int loom_cmd_bench(int argc, char **argv) {
     }
     loom_backend *be = t->be;
     if (peak_tflops == 0 && be->stream) peak_tflops = CLI_GPU_PEAK_TFLOPS;
-    loom_power *pw = NULL; // the GPU's energy meter, where NVML has one for it
-    if (be->pci_bus_id && loom_power_open(&pw, be->pci_bus_id) != LOOM_OK && report)
+    loom_power *pw = NULL; // rank 0's GPU's energy meter, where NVML has one for it
+    if (report && be->pci_bus_id && loom_power_open(&pw, be->pci_bus_id) != LOOM_OK)
         loom_info("power: not measured: %s\n", loom_error_message());
     double fwd, fb, op, wait;
-    power_use use;
+    loom_power_use use;
     time_steps(t, warmup, steps, &fwd, &fb, &op, &wait, pw, &use);
     size_t n = (size_t)c.global_batch * (size_t)c.seq; // tokens of a step, all ranks
     double step = fb + op, flops = loom_gpt2_flops_per_token(&c.model, c.seq) * (double)n / W; // per rank
@@ -268,19 +242,18 @@ int loom_cmd_bench(int argc, char **argv) {
     if (c.cuda_graphs)
         loom_info("--cuda-graphs: a step is one replay, so bwd ms includes the optimizer and opt ms is 0\n");
     if (report_wait(world, t, wait) != LOOM_OK) loom_print_error();
-    double span = use.t1 - use.t0;
     if (use.lost[0]) {
         loom_info("power:   not measured: %s\n", use.lost);
-    } else if (use.moves >= 2 && span >= 1.0) {
-        double watts = (use.e1 - use.e0) / span, limit = loom_power_limit_w(pw);
+    } else if (use.moves >= 2 && use.span_s >= 1.0) {
+        double watts = use.joules / use.span_s, limit = loom_power_limit_w(pw);
         char lim[48] = "";
         if (limit > 0) snprintf(lim, sizeof lim, " (limit %.0f W)", limit);
         loom_info("power:   %.0f W%s on rank 0's GPU over %.1f s of the timed steps, SM clock %.0f MHz, at the power "
-                  "limit after %d of %d steps; %.2f J a step (W x step ms), %.0f tokens/J\n", watts, lim, span,
-                  use.mhz / steps, use.capped, steps, watts * step, (double)n / (watts * step));
+                  "limit in %d of %d reads (every 5 ms); %.2f J a step (W x step ms), %.0f tokens/J\n", watts, lim,
+                  use.span_s, use.sm_mhz, use.capped, use.reads - 1, watts * step, (double)n / (watts * step));
     } else if (pw) {
         loom_info("power:   not measured: NVML's energy counter moved %d times over %.2f s of the timed steps, under "
-                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves, span);
+                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves, use.span_s);
     }
     loom_power_close(pw);
     loom_train_memory mem;

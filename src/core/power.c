@@ -2,7 +2,13 @@
 // them (nvmlReturn_t an int, 0 for success; nvmlDevice_t a pointer).
 #include "core/power.h"
 
+#include "core/timer.h"
+
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
 
 typedef void *nvml_device;
 #define NVML_CLOCK_SM 1
@@ -18,6 +24,12 @@ struct loom_power {
     int (*energy)(nvml_device, unsigned long long *); // mJ
     int (*clock)(nvml_device, int, unsigned *);       // MHz
     int (*reasons)(nvml_device, unsigned long long *); // NULL where the library has neither name
+    // the meter: its thread, the flag that ends it, its interval and what it saw
+    pthread_t thread;
+    bool metering;
+    atomic_bool stop;
+    double interval_s, last_j;
+    loom_power_use use;
 };
 
 static const char *nvml_error(const loom_power *p, int r) {
@@ -102,5 +114,59 @@ loom_status loom_power_read(loom_power *p, loom_power_sample *s) {
 double loom_power_limit_w(const loom_power *p) { return p->limit_w; }
 
 void loom_power_close(loom_power *p) {
-    if (p) power_free(p);
+    if (!p) return;
+    if (p->metering) {
+        loom_power_use ignored;
+        loom_power_meter_stop(p, &ignored);
+    }
+    power_free(p);
+}
+
+// The meter's reads: the first gives the counter's starting value; after it, each read's clock
+// counts, and a read at which the counter moved marks the span's end (its first move, the start).
+static void *meter_run(void *arg) {
+    loom_power *p = arg;
+    loom_power_use *u = &p->use;
+    double t0 = 0, e0 = 0;
+    struct timespec pause = {0, (long)(p->interval_s * 1e9)};
+    while (!atomic_load(&p->stop)) {
+        loom_power_sample s;
+        if (loom_power_read(p, &s) != LOOM_OK) {
+            snprintf(u->lost, sizeof u->lost, "%s", loom_error_message());
+            break;
+        }
+        double now = loom_now();
+        if (u->reads > 0) {
+            u->sm_mhz += s.sm_mhz, u->capped += s.power_capped;
+            if (s.energy_j != p->last_j) {
+                if (u->moves++ == 0) t0 = now, e0 = s.energy_j;
+                u->joules = s.energy_j - e0, u->span_s = now - t0;
+            }
+        }
+        u->reads++;
+        p->last_j = s.energy_j;
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+loom_status loom_power_meter_start(loom_power *p, double interval_s) {
+    if (p->metering) return loom_fail(LOOM_EUNSUPPORTED, "stop the meter first", "the GPU's power meter is running");
+    p->use = (loom_power_use){0};
+    p->interval_s = interval_s;
+    atomic_store(&p->stop, false);
+    int r = pthread_create(&p->thread, NULL, meter_run, p);
+    if (r != 0) return loom_fail(LOOM_EUNSUPPORTED, "time without the power figure", "cannot start the power meter's thread (error %d)", r);
+    p->metering = true;
+    return LOOM_OK;
+}
+
+void loom_power_meter_stop(loom_power *p, loom_power_use *use) {
+    if (p->metering) {
+        atomic_store(&p->stop, true);
+        pthread_join(p->thread, NULL);
+        p->metering = false;
+    }
+    *use = p->use;
+    if (use->reads > 1) use->sm_mhz /= use->reads - 1;
 }

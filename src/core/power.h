@@ -26,4 +26,22 @@ typedef struct {
 loom_status loom_power_open(loom_power **out, const char *pci_bus_id);
 loom_status loom_power_read(loom_power *p, loom_power_sample *s); // LOOM_EUNSUPPORTED where a read fails
 double loom_power_limit_w(const loom_power *p); // the enforced power limit (W); 0 where NVML has none
-void loom_power_close(loom_power *p);           // NULL is fine
+void loom_power_close(loom_power *p);           // NULL is fine (stops a meter still running)
+
+// What a meter saw (loom_power_meter_stop). The energy counter moves in steps (every ~100 ms on an
+// H100 or H200), so the mean power is taken between the first and the last read at which it had
+// moved: watts = joules / span_s; a mean wants span_s >= 1 s.
+typedef struct {
+    double joules, span_s; // the energy counter's rise between its first and last moves, and the seconds between
+    double sm_mhz;         // mean SM clock over the reads (MHz)
+    int reads, capped;     // reads taken; those at which the power limit held the clock down
+    int moves;             // reads at which the energy counter had moved since the one before
+    char lost[200];        // why a read failed (no figure then), or ""
+} loom_power_use;
+
+// A thread that reads the GPU every interval_s seconds (e.g. 0.005) from start until stop, so that
+// what is timed meanwhile has no read between its parts (a read takes ~1 ms of the host). One meter
+// at a time per loom_power. Errors of start: LOOM_EUNSUPPORTED where the thread cannot start, or
+// with a meter already running. A read that fails stops the reads and says why in use->lost.
+loom_status loom_power_meter_start(loom_power *p, double interval_s);
+void loom_power_meter_stop(loom_power *p, loom_power_use *use);

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <string.h>
+#include <time.h>
 
 struct fake_nvml_state {
     int init_result, energy_result;
@@ -48,9 +49,36 @@ int main(void) {
         T_ASSERT(loom_power_read(p, &a) == LOOM_OK && a.power_capped == why[i].capped, "reasons 0x%llx: capped %d",
                  why[i].bits, a.power_capped);
     }
+    // the meter: a thread reading every 1 ms while this one sleeps. The stand-in's counter moves
+    // at every read, so every read after the first is a move, and the span's energy is the moves
+    // after the first one; every read at the SW power cap (0x4)
+    f->reasons = 0x4;
+    loom_power_use use;
+    T_ASSERT(loom_power_meter_start(p, 0.001) == LOOM_OK, "meter: %s", loom_error_message());
+    T_ASSERT(loom_power_meter_start(p, 0.001) == LOOM_EUNSUPPORTED && says("running"), "a second meter: %s",
+             loom_error_message());
+    nanosleep(&(struct timespec){0, 60000000}, NULL);
+    loom_power_meter_stop(p, &use);
+    T_ASSERT(use.reads >= 5 && use.moves == use.reads - 1 && use.capped == use.reads - 1 && !use.lost[0],
+             "meter: %d reads, %d moves, %d capped, lost '%s'", use.reads, use.moves, use.capped, use.lost);
+    T_ASSERT(fabs(use.joules - (use.moves - 1) * (f->step_mj / 1000.0)) < 1e-6, "meter: %g J over %d moves of %llu mJ",
+             use.joules, use.moves, f->step_mj);
+    T_ASSERT(use.span_s > 0.0 && use.span_s < 1.0 && use.sm_mhz == f->sm_mhz, "meter: span %g s, clock %g MHz (set %u)",
+             use.span_s, use.sm_mhz, f->sm_mhz);
+    // a read that fails ends the meter's reads and says why; the counter's figures stay unused
+    f->energy_result = 3;
+    T_ASSERT(loom_power_meter_start(p, 0.001) == LOOM_OK, "meter: %s", loom_error_message());
+    nanosleep(&(struct timespec){0, 10000000}, NULL);
+    loom_power_meter_stop(p, &use);
+    T_ASSERT(use.reads == 0 && strstr(use.lost, "Not Supported"), "meter, failing: %d reads, lost '%s'", use.reads,
+             use.lost);
+    f->energy_result = 0;
+
     // a counter that stops answering mid-run is an error, not a zero
     f->energy_result = 3;
     T_ASSERT(loom_power_read(p, &a) == LOOM_EUNSUPPORTED && says("Not Supported"), "read: %s", loom_error_message());
+    // a meter still running (here, its thread ended by the failing read) is stopped by close
+    T_ASSERT(loom_power_meter_start(p, 0.001) == LOOM_OK, "meter: %s", loom_error_message());
     int shut = f->shutdowns;
     loom_power_close(p);
     T_ASSERT(f->shutdowns == shut + 1, "close shuts NVML down once: %d -> %d", shut, f->shutdowns);
