@@ -78,17 +78,17 @@ two_gpus() {
  $(grep -o 'wait ms: [0-9.]* on rank [0-9]*, [0-9.]* on rank [0-9]*' "$log")"
 }
 part 3 && for m in ${DDP_MODELS:-gpt2 gpt2-medium}; do
-    B=(--model "$m" --batch 16 --seq 1024 --steps 10 --warmup 3 --device cuda --precision bf16)
+    B=(--model "$m" --batch 16 --seq 1024 --steps 20 --warmup 3 --device cuda --precision bf16)
     "$LOOM" bench "${B[@]}" >"$OUTDIR/ddp_loom_${m}_1.txt" 2>&1 || failed=1
     one=$(tps "$OUTDIR/ddp_loom_${m}_1.txt")
     # the second GPU alone: a 2-rank step waits for the slower GPU
     CUDA_VISIBLE_DEVICES=1 "$LOOM" bench "${B[@]}" >"$OUTDIR/ddp_loom_${m}_1_gpu1.txt" 2>&1 || failed=1
     row "$m B=16 loom, 1 GPU: GPU 0 / GPU 1" "$(tps "$OUTDIR/ddp_loom_${m}_1.txt") / $(tps "$OUTDIR/ddp_loom_${m}_1_gpu1.txt") tokens/s"
-    python3 bench/peer/gpt2_torch.py --model "$m" --batch 16 --seq 1024 --steps 10 >"$OUTDIR/ddp_torch_${m}_1.json" \
+    python3 bench/peer/gpt2_torch.py --model "$m" --batch 16 --seq 1024 --steps 20 >"$OUTDIR/ddp_torch_${m}_1.json" \
         2>/dev/null || failed=1
     # twice on 2 GPUs, the faster kept: its scaling has varied from 77% to 90% between runs
     for run in a b; do
-        torchrun --nproc-per-node 2 bench/peer/gpt2_torch.py --model "$m" --batch 16 --seq 1024 --steps 10 \
+        torchrun --nproc-per-node 2 bench/peer/gpt2_torch.py --model "$m" --batch 16 --seq 1024 --steps 20 \
             >"$OUTDIR/ddp_torch_${m}_2$run.json" 2>/dev/null || failed=1
     done
     read -r t1 t2 tpeak < <(python3 -c 'import json, sys
