@@ -24,7 +24,8 @@
 #      GPUs, beside bench/peer/gpt2_torch.py --fsdp (fully_shard per block) under torchrun:
 #      tokens/s and peak memory per GPU
 # PARTS (default "1 2 3 4 5") picks the parts to run, so that they can be spread over several
-# device calls; DDP_MODELS, TP_MODELS and FSDP_MODELS the models of parts 3, 4 and 5; CTA_SWEEP
+# device calls; DDP_MODELS, TP_MODELS and FSDP_MODELS the models of parts 3, 4 and 5, DDP_ZEROS the
+# ZeRO stages of part 3 (default "0 1 2 3"); CTA_SWEEP
 # (e.g. "8 12 16 24") adds part 3 rows with NCCL_MAX_CTAS at each value, of the ZeRO stages in
 # CTA_ZEROS (default 1).
 # Prints one table last; exit 1 when a check failed, 2 with fewer than 2 GPUs.
@@ -99,7 +100,7 @@ print(r[0]["tokens_per_s"], two["tokens_per_s"], "%.2f" % two["peak_mem_gib"])' 
         echo "nan nan -")
     row "$m B=16 PyTorch DDP: 1 / 2 GPUs" "$(awk -v a="$t1" -v b="$t2" -v p="$tpeak" \
         'BEGIN {printf "%.0f / %.0f tokens/s, scaling %.1f%%, peak %s GiB", a, b, 100 * b / (2 * a), p}')"
-    for zero in 0 1 2 3; do
+    for zero in ${DDP_ZEROS:-0 1 2 3}; do
         two_gpus "$m B=16 loom ZeRO $zero: 1 / 2 GPUs" "$OUTDIR/ddp_loom_${m}_2_z$zero.txt" --zero "$zero"
     done
     for ctas in ${CTA_SWEEP:-}; do # NCCL's CTAs beside the backward's products (NOTES.md, twenty-first session)

@@ -150,7 +150,7 @@ int loom_cmd_bench(int argc, char **argv) {
                            .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                      .grad_clip = 1.0f},
                            .lr = {LOOM_LR_CONSTANT, 6e-4f, 6e-4f, 0, 1},
-                           .device = "auto", .precision = "auto", .device_comm = "nccl"};
+                           .device = "auto", .precision = "auto", .device_comm = "nccl", .zero = -1};
     const loom_flag flags[] = {
         {"model", FLAG_STR, &model, "named config"},
         {"layers", FLAG_INT, &layers, "layers L (0: the config's value)", CLI_LAYERS_RANGE},
@@ -169,7 +169,7 @@ int loom_cmd_bench(int argc, char **argv) {
         {"offload", FLAG_STR, &offload, "what lives in host memory (comma list): optimizer (AdamW on the CPU cores), params (with --zero 3 and optimizer), activations"},
         {"tp", FLAG_INT, &c.tp, "tensor-parallel ranks (under mpirun; the rest are data-parallel)", 1, 1024},
         {"sp", FLAG_BOOL, &c.sp, "sequence parallelism over the --tp ranks"},
-        {"zero", FLAG_INT, &c.zero, "ZeRO stage 0, 1, 2, 3 over the data-parallel ranks", 0, 3},
+        {"zero", FLAG_INT, &c.zero, CLI_ZERO_HELP, CLI_ZERO_RANGE},
         {"bucket-mb", FLAG_FLOAT, &bucket_mb, "gradient bucket size in MiB for the data-parallel reduction", 0, 65536, FLAG_ABOVE_MIN},
         {"device", FLAG_STR, &c.device, CLI_DEVICE_HELP},
         {"precision", FLAG_STR, &c.precision, CLI_PRECISION_HELP},
@@ -192,6 +192,7 @@ int loom_cmd_bench(int argc, char **argv) {
         s = loom_fail(LOOM_EINVAL, "use a --tp that divides the ranks", "--tp %d does not divide the %d ranks", c.tp, W);
     if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
     if (s == LOOM_OK && !help) s = cli_recompute_parse(recompute, c.precision, &c.recompute);
+    c.zero = cli_zero_stage(c.zero, W / c.tp);
     if (s == LOOM_OK && !help) s = train_offload_parse(offload, &c);
     int per_step = c.batch * (W / c.tp); // one micro-batch on every data-parallel rank
     if (s == LOOM_OK && !help && c.global_batch % per_step != 0)

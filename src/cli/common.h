@@ -34,6 +34,12 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 // MFU's default hardware peak on a GPU: dense bf16 TFLOP/s of an H100/H200 SXM.
 #define CLI_GPU_PEAK_TFLOPS 989
 #define CLI_PEAK_HELP "hardware peak per device in TFLOP/s for MFU (0: 989, dense bf16, on a GPU; none on the cpu)"
+// --zero's help and range; -1, its default, is resolved by cli_zero_stage.
+#define CLI_ZERO_HELP "ZeRO stage over the data-parallel ranks: 0 (DDP: the whole AdamW state on each), 1 (AdamW state sharded), 2 (and gradients), 3 (and parameters: FSDP); -1: 1 with several data-parallel ranks (ZeRO 0's bits, faster and in less memory), else 0"
+#define CLI_ZERO_RANGE -1, 3
+// The ZeRO stage of --zero `flag` over `dp` data-parallel ranks: the flag's, or with -1, 1 where
+// dp > 1 (the same update as 0, its parameters' all-gather under the next forward) and 0 where not.
+static inline int cli_zero_stage(int flag, int dp) { return flag >= 0 ? flag : dp > 1 ? 1 : 0; }
 // "s" unless n is 1: "%d rank%s", n, cli_s(n)
 static inline const char *cli_s(long long n) { return n == 1 ? "" : "s"; }
 // Model from an llm.c model file, parameters loaded. Errors as loom_llmc_read.

@@ -27,6 +27,7 @@ static loom_status validate_mesh(train_options *o, int world_size) {
         return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
                          "--dp-replicate %d does not divide the %d data-parallel rank%s", r->dp_replicate, o->dp,
                          cli_s(o->dp));
+    r->zero = cli_zero_stage(r->zero, o->dp);
     if (r->dp_replicate > 1 && r->zero == 0)
         return loom_fail(LOOM_EINVAL, "add --zero 1, 2 or 3: hybrid sharding shards within each replica",
                          "--dp-replicate %d needs a ZeRO stage of 1 or more, got --zero 0", r->dp_replicate);
@@ -109,7 +110,8 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
     *o = (train_options){.run = {.batch = 8, .tp = 1, .pp = 1, .cp = 1, .dp_replicate = 1, .pp_schedule = "1f1b",
                                  .adamw = {.lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                            .weight_decay = 0.1f, .grad_clip = 1.0f},
-                                 .device = "auto", .precision = "auto", .device_comm = "nccl", .cp_style = "ring"},
+                                 .device = "auto", .precision = "auto", .device_comm = "nccl", .cp_style = "ring",
+                                 .zero = -1},
                          .model = "gpt2-mini", .steps = 100, .schedule = "cosine", .min_lr = -1, .seed = 1337,
                          .val_batches = 20, .sample_tokens = 64, .bucket_mb = 25, .recompute = "auto",
                          .offload = ""};
@@ -171,7 +173,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"cp", FLAG_INT, &r->cp, "context-parallel ranks: every sequence split over them, each holding 2 of 2 x cp chunks (the zigzag layout); --seq must divide by 2 x cp", 1, 1024},
         {"cp-style", FLAG_STR, &r->cp_style, "context parallelism's attention: ring (keys/values passed around the ranks) or ulysses (all-to-all to heads; the heads per tp rank must divide by cp)"},
         {"device-comm", FLAG_STR, &r->device_comm, "collectives on GPU buffers: nccl, or mpi (staged through host memory, for ranks sharing a GPU)"},
-        {"zero", FLAG_INT, &r->zero, "ZeRO stage across data-parallel ranks: 0 (DDP), 1 (shard optimizer state), 2 (and gradients), 3 (and parameters: FSDP)", 0, 3},
+        {"zero", FLAG_INT, &r->zero, CLI_ZERO_HELP, CLI_ZERO_RANGE},
         {"dp-replicate", FLAG_INT, &r->dp_replicate, "hybrid sharding (HSDP): the data-parallel ranks as this many replicas, ZeRO sharding within each", 1, 65536},
         {"bucket-mb", FLAG_FLOAT, &o->bucket_mb, "gradient bucket size in MiB for the data-parallel reduction", 0, 65536, FLAG_ABOVE_MIN},
     };

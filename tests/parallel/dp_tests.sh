@@ -3,7 +3,8 @@
 #   parity:  for 1-4 ranks and ZeRO 0/1/2, a few steps with gradient accumulation match the
 #            one-process run with the same global batch (1e-6 relative); ZeRO 0 and 1 are
 #            bit-identical; without accumulation ZeRO 2 is bit-identical to ZeRO 1 too
-#   resume:  a 2-rank ZeRO-1 run killed and resumed equals the uninterrupted one bit for bit
+#   resume:  a 2-rank ZeRO-1 run killed and resumed equals the uninterrupted one bit for bit;
+#            --zero's default, as the checkpoints record it: 1 on 2 ranks, 0 on one
 #   errors:  impossible layouts give one error line and every rank exits non-zero, no hang
 #   bench_comm: the bench-comm table's rows and bandwidths; unknown --op and --device-comm
 #            values give one error line
@@ -50,11 +51,20 @@ resume)
     fail "resume on 3 ranks accepted"
   grep -q "trained on 2 ranks with ZeRO 1, not 3 ranks" err.txt || fail "wrong-layout resume message: $(cat err.txt)"
   echo "ok: 2-rank ZeRO-1 resume is bit-identical; a 3-rank resume is refused"
+  # --zero's default: 1 with several data-parallel ranks, 0 with one (the checkpoint records it)
+  rtrain 2 --batch 1 --global-batch 2 --steps 1 --ckpt-dir dflt2 >/dev/null 2>&1 || fail "2 ranks, default --zero"
+  rtrain 2 --batch 1 --global-batch 2 --steps 2 --zero 0 --ckpt-dir dflt2 --resume >err.txt 2>&1 &&
+    fail "a default 2-rank checkpoint resumed with --zero 0"
+  grep -q "trained on 2 ranks with ZeRO 1, not 2 ranks with ZeRO 0" err.txt || fail "2 ranks' default: $(cat err.txt)"
+  train --batch 1 --steps 1 --ckpt-dir dflt1 >/dev/null 2>&1 || fail "1 rank, default --zero"
+  train --batch 1 --steps 2 --zero 1 --ckpt-dir dflt1 --resume >err.txt 2>&1 && fail "a default 1-rank checkpoint resumed with --zero 1"
+  grep -q "trained on 1 ranks with ZeRO 0, not 1 ranks with ZeRO 1" err.txt || fail "1 rank's default: $(cat err.txt)"
+  echo "ok: --zero defaults to 1 on 2 data-parallel ranks and to 0 on one"
   ;;
 errors)
   expect_mpi_error 3 "--global-batch 4 is not a positive multiple of 3 ranks x --batch 1" train "${ARGS[@]}" --batch 1 --global-batch 4 --steps 1
   expect_mpi_error 2 "--bucket-mb must be in (0, 65536], got 0" train "${ARGS[@]}" --batch 1 --steps 1 --bucket-mb 0
-  expect_mpi_error 2 "--zero must be in [0, 3], got 4" train "${ARGS[@]}" --batch 1 --steps 1 --zero 4
+  expect_mpi_error 2 "--zero must be in [-1, 3], got 4" train "${ARGS[@]}" --batch 1 --steps 1 --zero 4
   expect_mpi_error 4 "exceeds the 6000 tokens" train "${ARGS[@]}" --batch 400 --seq 16 --steps 1
   ;;
 bench_comm)

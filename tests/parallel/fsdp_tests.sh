@@ -68,11 +68,11 @@ resume)
   echo "ok: ZeRO 3 with the optimizer, parameters and activations offloaded resumes bit-identically"
   ;;
 errors)
-  expect_mpi_error 2 "--zero must be in [0, 3], got 5" train "${ARGS[@]}" --zero 5 --batch 1 --steps 1
+  expect_mpi_error 2 "--zero must be in [-1, 3], got 5" train "${ARGS[@]}" --zero 5 --batch 1 --steps 1
   expect_mpi_error 4 "--dp-replicate 3 does not divide the 4 data-parallel ranks" train "${ARGS[@]}" --zero 3 \
     --dp-replicate 3 --batch 1 --steps 1
   expect_mpi_error 2 "--dp-replicate 2 needs a ZeRO stage of 1 or more, got --zero 0" train "${ARGS[@]}" \
-    --dp-replicate 2 --batch 1 --steps 1
+    --dp-replicate 2 --zero 0 --batch 1 --steps 1
   expect_mpi_error 2 "--dp-replicate must be in [1, 65536], got 0" train "${ARGS[@]}" --dp-replicate 0 --batch 1 --steps 1
   expect_mpi_error 2 "unknown --offload item 'gpu'" train "${ARGS[@]}" --offload optimizer,gpu --batch 1 --steps 1
   expect_mpi_error 2 "--offload params needs ZeRO 3's parameter shard and the offloaded optimizer, got --zero 1" \
