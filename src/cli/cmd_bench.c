@@ -254,7 +254,8 @@ int loom_cmd_bench(int argc, char **argv) {
                   use.span_s, use.sm_mhz, use.capped, use.reads - 1, watts * step, (double)n / (watts * step));
     } else if (pw) {
         loom_info("power:   not measured: NVML's energy counter moved %d times over %.2f s of the timed steps, under "
-                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves, use.span_s);
+                  "the 1 s a mean needs (it moves every ~100 ms); time more steps with --steps\n", use.moves,
+                  use.span_s);
     }
     loom_power_close(pw);
     loom_train_memory mem;

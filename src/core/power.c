@@ -156,7 +156,9 @@ loom_status loom_power_meter_start(loom_power *p, double interval_s) {
     p->interval_s = interval_s;
     atomic_store(&p->stop, false);
     int r = pthread_create(&p->thread, NULL, meter_run, p);
-    if (r != 0) return loom_fail(LOOM_EUNSUPPORTED, "time without the power figure", "cannot start the power meter's thread (error %d)", r);
+    if (r != 0)
+        return loom_fail(LOOM_EUNSUPPORTED, "time without the power figure",
+                         "cannot start the power meter's thread (error %d)", r);
     p->metering = true;
     return LOOM_OK;
 }

@@ -57,7 +57,8 @@ resume)
     fail "a default 2-rank checkpoint resumed with --zero 0"
   grep -q "trained on 2 ranks with ZeRO 1, not 2 ranks with ZeRO 0" err.txt || fail "2 ranks' default: $(cat err.txt)"
   train --batch 1 --steps 1 --ckpt-dir dflt1 >/dev/null 2>&1 || fail "1 rank, default --zero"
-  train --batch 1 --steps 2 --zero 1 --ckpt-dir dflt1 --resume >err.txt 2>&1 && fail "a default 1-rank checkpoint resumed with --zero 1"
+  train --batch 1 --steps 2 --zero 1 --ckpt-dir dflt1 --resume >err.txt 2>&1 &&
+    fail "a default 1-rank checkpoint resumed with --zero 1"
   grep -q "trained on 1 rank with ZeRO 0, not 1 rank with ZeRO 1" err.txt || fail "1 rank's default: $(cat err.txt)"
   echo "ok: --zero defaults to 1 on 2 data-parallel ranks and to 0 on one"
   ;;
