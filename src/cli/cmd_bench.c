@@ -192,13 +192,14 @@ int loom_cmd_bench(int argc, char **argv) {
         s = loom_fail(LOOM_EINVAL, "use a --tp that divides the ranks", "--tp %d does not divide the %d ranks", c.tp, W);
     if (s == LOOM_OK && !help) s = cli_model_config(model, layers, heads, channels, 0, 0, &c.model);
     if (s == LOOM_OK && !help) s = cli_recompute_parse(recompute, c.precision, &c.recompute);
-    c.zero = cli_zero_stage(c.zero, W / c.tp);
+    int dp = W / c.tp; // data-parallel ranks
+    c.zero = cli_zero_stage(c.zero, dp);
     if (s == LOOM_OK && !help) s = train_offload_parse(offload, &c);
-    int per_step = c.batch * (W / c.tp); // one micro-batch on every data-parallel rank
+    int per_step = c.batch * dp; // one micro-batch on every data-parallel rank
     if (s == LOOM_OK && !help && c.global_batch % per_step != 0)
         s = loom_fail(LOOM_EINVAL, "make --global-batch a multiple of data-parallel ranks x --batch",
                       "--global-batch %d is not a multiple of %d (%d data-parallel ranks x --batch %d)", c.global_batch,
-                      per_step, W / c.tp, c.batch);
+                      per_step, dp, c.batch);
     if (s == LOOM_OK && !help) {
         c.seq = c.seq ? c.seq : c.model.max_seq_len;
         c.global_batch = c.global_batch ? c.global_batch : per_step;

@@ -4,8 +4,9 @@
 // reads each unit's from its owner's buffer and hands every buffer back), then the reduced
 // gradients (the average over ranks) at every optimizer slice, the slices covering each element
 // exactly once over the ranks of a replica (ZeRO 1-3), the global norm, and the parameters
-// gathered back on every rank (ZeRO 0-2), each layer's by the time its forward hook has run. With an even number of ranks, the same as two
-// replicas of hybrid sharding (ZeRO 1-3). Also the errors of impossible layouts.
+// gathered back on every rank (ZeRO 0-2), each layer's by the time its forward hook has run.
+// With an even number of ranks, the same as two replicas of hybrid sharding (ZeRO 1-3). Also the
+// errors of impossible layouts.
 #include "harness.h"
 
 #include "backend/backend.h"
