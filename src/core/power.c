@@ -28,7 +28,7 @@ struct loom_power {
     pthread_t thread;
     bool metering;
     atomic_bool stop;
-    double interval_s, last_j;
+    double interval_s;
     loom_power_use use;
 };
 
@@ -127,7 +127,7 @@ void loom_power_close(loom_power *p) {
 static void *meter_run(void *arg) {
     loom_power *p = arg;
     loom_power_use *u = &p->use;
-    double t0 = 0, e0 = 0;
+    double t0 = 0, e0 = 0, last_j = 0;
     struct timespec pause = {0, (long)(p->interval_s * 1e9)};
     while (!atomic_load(&p->stop)) {
         loom_power_sample s;
@@ -138,13 +138,13 @@ static void *meter_run(void *arg) {
         double now = loom_now();
         if (u->reads > 0) {
             u->sm_mhz += s.sm_mhz, u->capped += s.power_capped;
-            if (s.energy_j != p->last_j) {
+            if (s.energy_j != last_j) {
                 if (u->moves++ == 0) t0 = now, e0 = s.energy_j;
                 u->joules = s.energy_j - e0, u->span_s = now - t0;
             }
         }
         u->reads++;
-        p->last_j = s.energy_j;
+        last_j = s.energy_j;
         nanosleep(&pause, NULL);
     }
     return NULL;
