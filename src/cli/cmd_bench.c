@@ -227,7 +227,8 @@ int loom_cmd_bench(int argc, char **argv) {
     char mesh[96];
     loom_mesh_describe(t->mesh, mesh, sizeof mesh);
     loom_info("bench %s (%s params) B=%d T=%d on %s, %d thread%s, %s, median of %d step%s\n", model, params, c.batch,
-              c.seq, be->name, omp_get_max_threads(), cli_s(omp_get_max_threads()), mesh, steps, cli_s(steps));
+              c.seq, be->name, omp_get_max_threads(), loom_plural(omp_get_max_threads()), mesh, steps,
+              loom_plural(steps));
     loom_info("| step ms | fwd ms | bwd ms | opt ms | tokens/s | GFLOP/s | matmul GFLOP/s | ratio |%s peak mem |\n",
               peak_tflops > 0 ? " MFU |" : "");
     loom_info("| %7.1f | %6.1f | %6.1f | %6.1f | %8.0f | %7.1f | %14.1f | %4.0f%% |", step * 1e3, fwd * 1e3,

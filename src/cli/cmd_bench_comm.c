@@ -106,7 +106,7 @@ static loom_status bench(const bench_ctx *x, bench_op first, bench_op last, size
         return loom_fail(LOOM_ENOMEM, "lower --max-bytes", "cannot allocate 2 x %zu bytes", hi);
     }
     loom_info("# loom bench-comm: %d rank%s, backend %s, %s buffers, %d warm-up + %d timed iterations\n", W,
-              W == 1 ? "" : "s", loom_comm_backend(x->dev), be->name, warmup, iters);
+              loom_plural(W), loom_comm_backend(x->dev), be->name, warmup, iters);
     if (W == 1)
         loom_info("# note: on 1 rank nothing is communicated: these numbers time a local copy and measure nothing\n"
                   "#       of a network or interconnect (launch 2 or more ranks: mpirun -np 2 loom bench-comm)\n");

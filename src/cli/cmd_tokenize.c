@@ -145,9 +145,10 @@ int loom_cmd_tokenize(int argc, char **argv) {
     if (s == LOOM_OK)
         loom_info("tokenized %zu document%s from %d file%s (%.1f MB) in %.2f s: %.2f MB/s on %d thread%s\n"
                   "  train: %lld token%s in %d shard%s, val: %lld token%s in %d shard%s -> %s/%s_*.bin\n",
-                  corpus.n, cli_s((long long)corpus.n), corpus.files, cli_s(corpus.files), corpus.bytes / 1e6, dt,
-                  corpus.bytes / 1e6 / dt, omp_get_max_threads(), cli_s(omp_get_max_threads()), (long long)train.n,
-                  cli_s(train.n), ntrain, cli_s(ntrain), (long long)val.n, cli_s(val.n), nval, cli_s(nval), out, name);
+                  corpus.n, loom_plural((long long)corpus.n), corpus.files, loom_plural(corpus.files),
+                  corpus.bytes / 1e6, dt, corpus.bytes / 1e6 / dt, omp_get_max_threads(),
+                  loom_plural(omp_get_max_threads()), (long long)train.n, loom_plural(train.n), ntrain,
+                  loom_plural(ntrain), (long long)val.n, loom_plural(val.n), nval, loom_plural(nval), out, name);
     else
         loom_print_error();
     for (size_t d = 0; ids && d < corpus.n; d++) free(ids[d]);

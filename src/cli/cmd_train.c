@@ -62,7 +62,7 @@ static loom_status open_ckpt_dir(run *r) {
     int64_t latest;
     LOOM_TRY(loom_ckpt_clean(o->ckpt_dir, &removed));
     if (removed)
-        loom_info("removed %d leftover file%s of an interrupted save from %s\n", removed, removed == 1 ? "" : "s",
+        loom_info("removed %d leftover file%s of an interrupted save from %s\n", removed, loom_plural(removed),
                   o->ckpt_dir);
     LOOM_TRY(loom_ckpt_latest(o->ckpt_dir, &latest));
     if (latest < 0) loom_info("note: --resume: no checkpoint in %s yet, so the run starts from step 0\n", o->ckpt_dir);
@@ -136,8 +136,8 @@ static void print_config(const run *r) {
                   c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size);
     cli_table_row("parameters", "%s", n);
     cli_table_row("micro-batch", "B=%d x T=%d = %lld tokens", B, T, (long long)B * T);
-    cli_table_row("global batch", "%d sequence%s = %lld tokens (%d dp rank%s x accumulation %d)", G, cli_s(G),
-                  (long long)G * T, t->dp_size, cli_s(t->dp_size), t->grad_accum);
+    cli_table_row("global batch", "%d sequence%s = %lld tokens (%d dp rank%s x accumulation %d)", G, loom_plural(G),
+                  (long long)G * T, t->dp_size, loom_plural(t->dp_size), t->grad_accum);
     cli_table_row("mesh", "%s", mesh);
     if (o->run.tp > 1)
         cli_table_row("tensor parallel", "tp %d: %d heads per rank, vocabulary-parallel loss%s", o->run.tp, t->model->NH,
@@ -152,13 +152,13 @@ static void print_config(const run *r) {
     if (o->run.zero == 3)
         cli_table_row("data parallel", "dp %d (%s), ZeRO 3 (FSDP): %d unit%s sharded over %d rank%s%s", t->dp_size,
                       loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), loom_dp_num_buckets(t->dp),
-                      cli_s(loom_dp_num_buckets(t->dp)), loom_mesh_size(t->mesh, LOOM_GROUP_SHARD),
-                      cli_s(loom_mesh_size(t->mesh, LOOM_GROUP_SHARD)),
+                      loom_plural(loom_dp_num_buckets(t->dp)), loom_mesh_size(t->mesh, LOOM_GROUP_SHARD),
+                      loom_plural(loom_mesh_size(t->mesh, LOOM_GROUP_SHARD)),
                       o->run.dp_replicate > 1 ? ", replicated (HSDP)" : "");
     else
         cli_table_row("data parallel", "dp %d (%s), ZeRO %d, %d bucket%s of %s%s", t->dp_size,
                       loom_comm_backend(t->mesh->dev[LOOM_GROUP_DP_CP]), o->run.zero, loom_dp_num_buckets(t->dp),
-                      cli_s(loom_dp_num_buckets(t->dp)), bucket,
+                      loom_plural(loom_dp_num_buckets(t->dp)), bucket,
                       o->run.dp_replicate > 1 ? ", hybrid: sharded within replicas" : "");
     cli_table_row("steps", "%lld (from step %lld), %.3g tokens", (long long)o->steps, (long long)t->st.step,
                   (double)o->steps * G * T);
@@ -171,13 +171,13 @@ static void print_config(const run *r) {
     cli_table_row("train data", "%s (%s tokens%s)", o->train_data, tok, o->shuffle ? ", shuffled" : "");
     if (o->val_data)
         cli_table_row("val data", "%s: %d batch%s, every %d step%s", o->val_data, o->val_batches,
-                      o->val_batches == 1 ? "" : "es", o->val_every, cli_s(o->val_every));
+                      o->val_batches == 1 ? "" : "es", o->val_every, loom_plural(o->val_every));
     if (o->ckpt_dir && o->ckpt_every)
-        cli_table_row("checkpoints", "%s every %d step%s", o->ckpt_dir, o->ckpt_every, cli_s(o->ckpt_every));
+        cli_table_row("checkpoints", "%s every %d step%s", o->ckpt_dir, o->ckpt_every, loom_plural(o->ckpt_every));
     else if (o->ckpt_dir) cli_table_row("checkpoints", "%s at the end", o->ckpt_dir);
     cli_table_row("seed", "%llu", (unsigned long long)t->st.seed);
     cli_table_row("device", "%s, %s, %d thread%s per rank", t->be->name, loom_backend_precision(t->be),
-                  omp_get_max_threads(), cli_s(omp_get_max_threads()));
+                  omp_get_max_threads(), loom_plural(omp_get_max_threads()));
     cli_table_row("memory per rank", "%s params+grads, %s activations (recompute %s), %s AdamW on the %s", pmem, amem,
                   loom_recompute_name(o->run.recompute), omem, t->be->name);
     if (mem.offloaded)

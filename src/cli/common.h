@@ -40,8 +40,6 @@ loom_status cli_open_backend(const char *device, const char *precision, int thre
 // The ZeRO stage of --zero `flag` over `dp` data-parallel ranks: the flag's, or with -1, 1 where
 // dp > 1 (the same update as 0, its parameters' all-gather under the next forward) and 0 where not.
 static inline int cli_zero_stage(int flag, int dp) { return flag >= 0 ? flag : dp > 1 ? 1 : 0; }
-// "s" unless n is 1: "%d rank%s", n, cli_s(n)
-static inline const char *cli_s(long long n) { return n == 1 ? "" : "s"; }
 // Model from an llm.c model file, parameters loaded. Errors as loom_llmc_read.
 loom_status cli_load_model(loom_backend *be, const char *path, loom_gpt2 **m);
 // Config from a named model with optional overrides (values <= 0 keep the named value).

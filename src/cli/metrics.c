@@ -56,7 +56,7 @@ static void cut_after(const char *path, int64_t step) {
         loom_info("note: --metrics %s: appending (resumed from step %lld)\n", path, (long long)step);
     else
         loom_info("note: --metrics %s: appending (resumed from step %lld; dropped the %d record%s the interrupted "
-                  "run wrote after it)\n", path, (long long)step, after, after == 1 ? "" : "s");
+                  "run wrote after it)\n", path, (long long)step, after, loom_plural(after));
 }
 
 loom_status cli_metrics_open(cli_metrics **out, const char *path, int64_t resume_step) {

@@ -2,6 +2,7 @@
 
 #include "cli/common.h"
 #include "cli/flags.h"
+#include "core/log.h"
 
 #include <float.h>
 #include <limits.h>
@@ -20,13 +21,13 @@ static loom_status validate_mesh(train_options *o, int world_size) {
     if (world_size % model_ranks != 0)
         return loom_fail(LOOM_EINVAL, "launch a multiple of tp x pp x cp ranks",
                          "%d rank%s do%s not fill a mesh of --tp %d x --pp %d x --cp %d", world_size,
-                         cli_s(world_size), world_size == 1 ? "es" : "", r->tp, r->pp,
+                         loom_plural(world_size), world_size == 1 ? "es" : "", r->tp, r->pp,
                          r->cp);
     o->dp = (int)(world_size / model_ranks);
     if (o->dp % r->dp_replicate != 0)
         return loom_fail(LOOM_EINVAL, "use a --dp-replicate that divides the data-parallel ranks",
                          "--dp-replicate %d does not divide the %d data-parallel rank%s", r->dp_replicate, o->dp,
-                         cli_s(o->dp));
+                         loom_plural(o->dp));
     r->zero = cli_zero_stage(r->zero, o->dp);
     if (r->dp_replicate > 1 && r->zero == 0)
         return loom_fail(LOOM_EINVAL, "add --zero 1, 2 or 3: hybrid sharding shards within each replica",

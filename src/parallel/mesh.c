@@ -3,6 +3,8 @@
 // axes differ only by axes of degree 1 hold the same ranks and share one communicator.
 #include "parallel/mesh.h"
 
+#include "core/log.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -51,7 +53,7 @@ loom_status loom_mesh_create(loom_mesh **out, loom_comm *world, int tp, int pp, 
                          tp, pp, cp, dp_replicate);
     if (W % (tp * pp * cp) != 0)
         return loom_fail(LOOM_EINVAL, "launch a multiple of tp x pp x cp ranks",
-                         "%d rank%s do%s not divide into --tp %d x --pp %d x --cp %d = %d", W, W == 1 ? "" : "s",
+                         "%d rank%s do%s not divide into --tp %d x --pp %d x --cp %d = %d", W, loom_plural(W),
                          W == 1 ? "es" : "", tp, pp, cp, tp * pp * cp);
     int dp = W / (tp * pp * cp);
     if (dp % dp_replicate != 0)
@@ -134,5 +136,5 @@ void loom_mesh_describe(const loom_mesh *m, char *out, size_t cap) {
                  m->size[LOOM_AXIS_DP_SHARD]);
     snprintf(out, cap, "pp %d x dp %d%s x cp %d x tp %d = %d rank%s", m->size[LOOM_AXIS_PP],
              m->size[LOOM_AXIS_DP_REPLICATE] * m->size[LOOM_AXIS_DP_SHARD], replicas, m->size[LOOM_AXIS_CP],
-             m->size[LOOM_AXIS_TP], m->world_size, m->world_size == 1 ? "" : "s");
+             m->size[LOOM_AXIS_TP], m->world_size, loom_plural(m->world_size));
 }

@@ -23,8 +23,8 @@ static loom_status check_layout(const loom_trainer *t, int64_t step) {
     if (st->world_size != t->mesh->world_size || st->zero != c->zero)
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's rank count and --zero",
                          "checkpoint step %lld was trained on %d rank%s with ZeRO %d, not %d rank%s with ZeRO %d",
-                         (long long)step, st->world_size, st->world_size == 1 ? "" : "s", st->zero,
-                         t->mesh->world_size, t->mesh->world_size == 1 ? "" : "s", c->zero);
+                         (long long)step, st->world_size, loom_plural(st->world_size), st->zero,
+                         t->mesh->world_size, loom_plural(t->mesh->world_size), c->zero);
     int dr = c->dp_replicate > 1 ? c->dp_replicate : 1;
     if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp || st->dp_replicate != dr)
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp, --sp and --dp-replicate",
