@@ -2,7 +2,7 @@
 # On a GPU machine (nvcc 13, cmake, compute-sanitizer; no network needed): configure and build
 # loom into build-gpu (Release) with the CUDA backend, run the CUDA tests (every op against the
 # CPU; the PyTorch model fixtures in fp32 and bf16; the whole model, tiny and gpt2, against the
-# CPU), compute-sanitizer (memcheck on the op tests' small shapes and on the model fixtures in
+# CPU; bf16 training killed and resumed against the whole run), compute-sanitizer (memcheck on the op tests' small shapes and on the model fixtures in
 # fp32 and bf16, racecheck on the op tests' small shapes and on gemm_fp8.cu's kernel alone), with --bench the
 # training benchmarks beside the PyTorch peer (scripts/bench_gpu.sh) and the attention
 # benchmarks beside PyTorch's SDPA (joined with ratios by bench/peer/attention_ratio.py), with
@@ -112,7 +112,7 @@ fi
 step "cuda op tests" "$BUILD/tests/test_cuda_backend" || failed=1
 step "cuda attention tests (blocks at offsets, merge)" "$BUILD/tests/test_cuda_attention" || failed=1
 step "cuda fp8 tests (products)" "$BUILD/tests/test_cuda_fp8" || failed=1
-step "cuda ctest (fixtures, staged comm)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|cuda_attention|cuda_fp8|gpt2_devices' \
+step "cuda ctest (fixtures, staged comm, resume)" ctest --test-dir "$BUILD" -L cuda -E 'cuda_backend|cuda_attention|cuda_fp8|gpt2_devices' \
     --output-on-failure || failed=1
 step "gpt2 GPU vs CPU" "$BUILD/tests/test_gpt2_devices" || failed=1
 if [ -z "${LOOM_SKIP_SANITIZERS:-}" ]; then

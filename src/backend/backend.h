@@ -17,6 +17,7 @@
 //   residual stream's gradient through the block).
 // - Shape mismatches are programmer errors and abort with LOOM_CHECK.
 #pragma once
+#include "core/bf16.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -40,12 +41,6 @@ typedef struct {
     float grad_scale; // step_scalars: the clipping factor loom_clip_scale(sqrt(sumsq), max_norm)
     int32_t skip;     // step_scalars: nonzero when a loss or the norm is not finite (no update)
 } loom_step_scalars;
-
-#ifdef __CUDACC__
-#define LOOM_HOST_DEVICE __host__ __device__
-#else
-#define LOOM_HOST_DEVICE
-#endif
 
 // The factor clipping by the global norm multiplies gradients by (torch.nn.utils.clip_grad_norm_):
 // min(1, max_norm / (norm + 1e-6)) in fp64, rounded to fp32; 1 if max_norm <= 0 or the norm is
@@ -81,6 +76,11 @@ typedef struct {
     // are read from it when the update runs, and nothing is written where its skip is set: the
     // same bits as the values passed directly (a recorded step).
     const loom_step_scalars *scalars;
+    // NULL, or (backend memory, n of the range) the low halves of split master weights, whose high
+    // halves are the bf16 parameters (core/bf16.h's loom_split_*): the update runs on the fp32
+    // values they make, and writes both halves back. For bf16 parameters without a master tensor
+    // and without stochastic rounding.
+    uint16_t *master_low;
 } loom_adamw_args;
 
 // Where the query and key blocks of an attention call sit in their sequences (see
@@ -400,7 +400,8 @@ struct loom_backend {
     // AdamW on one contiguous range of n elements (see loom_adamw_args).
     //   param (n) be->dtype, updated in place; grad (n) be->dtype; m, v (n) fp32;
     //   master (n) fp32 master weights when param is lower precision, else data NULL; then param
-    //   = master rounded to nearest, or stochastically (args.stochastic_rounding).
+    //   = master rounded to nearest, or stochastically (args.stochastic_rounding). With
+    //   args.master_low the master weights are param's bf16 values and those low halves instead.
     void (*adamw_update)(loom_backend *be, loom_tensor param, loom_tensor master, loom_tensor grad,
                          loom_tensor m, loom_tensor v, loom_adamw_args args);
 

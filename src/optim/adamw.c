@@ -37,9 +37,18 @@ static void make_ranges(loom_adamw *o, const loom_param_table *table, const loom
 // buffers in transit are this size, not the state's.
 enum { OFFLOAD_PIECE = 1 << 22 };
 
+bool loom_adamw_splits(loom_dtype dt, loom_adamw_offload offload, bool stochastic_rounding) {
+    return dt == LOOM_BF16 && offload == LOOM_ADAMW_ON_DEVICE && !stochastic_rounding;
+}
+
+size_t loom_adamw_state_bytes(int64_t n, loom_dtype dt, loom_adamw_offload offload, bool stochastic_rounding) {
+    size_t master = loom_adamw_splits(dt, offload, stochastic_rounding) ? 2 : dt != LOOM_F32 || offload ? 4 : 0;
+    return (size_t)n * (2 * sizeof(float) + master);
+}
+
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
-                              loom_adamw_offload offload) {
+                              loom_adamw_offload offload, bool stochastic_rounding) {
     LOOM_CHECK(offload != LOOM_ADAMW_OFFLOAD_PARAMS || sharded_params);
     loom_adamw *o = loom_xcalloc(1, sizeof *o);
     o->be = o->state_be = be;
@@ -54,7 +63,8 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_par
     o->m = st->alloc(st, (size_t)n * sizeof(float));
     o->v = st->alloc(st, (size_t)n * sizeof(float));
     bool master = be->dtype != LOOM_F32 || offload;
-    if (master) o->master = st->alloc(st, (size_t)n * sizeof(float));
+    o->split_master = loom_adamw_splits(be->dtype, offload, stochastic_rounding);
+    if (master) o->master = st->alloc(st, (size_t)n * (o->split_master ? sizeof(uint16_t) : sizeof(float)));
     if (offload) {
         int64_t piece = n < OFFLOAD_PIECE ? n : OFFLOAD_PIECE;
         o->host_grads = malloc((size_t)piece * sizeof(float));
@@ -66,7 +76,8 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_par
         loom_adamw_free(o);
         *out = NULL;
         return loom_fail(LOOM_ENOMEM, "use a smaller model or a higher --zero stage",
-                         "cannot allocate %lld bytes of AdamW state%s", (long long)((master ? 12 : 8) * n),
+                         "cannot allocate %lld bytes of AdamW state%s",
+                         (long long)loom_adamw_state_bytes(n, be->dtype, offload, stochastic_rounding),
                          offload ? " in host memory" : "");
     }
     return LOOM_OK;
@@ -84,8 +95,20 @@ void loom_adamw_free(loom_adamw *o) {
     free(o);
 }
 
+// Split master weights equal to their parameters: low halves 0.
+static void zero_lows(loom_adamw *o) {
+    for (int r = 0; r < o->nranges; r++) {
+        const loom_param_range *g = &o->ranges[r];
+        o->be->zero(o->be, (uint16_t *)o->master + g->state_offset, (size_t)g->numel * sizeof(uint16_t));
+    }
+}
+
 void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements) {
     if (!o->master) return;
+    if (o->split_master) {
+        zero_lows(o);
+        return;
+    }
     loom_backend *be = o->be;
     size_t es = loom_dtype_size(be->dtype);
     void *raw = loom_xmalloc((size_t)OFFLOAD_PIECE * es);
@@ -106,14 +129,60 @@ void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_eleme
     free(master);
 }
 
-// The update of range g on the backend: params from master (or params alone) and grads, both
-// indexed like the state.
+// Split master weights of range g, piece by piece as fp32 through host buffers: joined with the
+// parameters into out (get), or their low halves cut from in against the parameters (set).
+static void split_pieces(const loom_adamw *o, const loom_param_range *g, const void *params, float *out,
+                         const float *in) {
+    loom_backend *be = o->be;
+    int64_t piece = g->numel < OFFLOAD_PIECE ? g->numel : OFFLOAD_PIECE;
+    uint16_t *high = loom_xmalloc((size_t)piece * sizeof(uint16_t));
+    uint16_t *low = loom_xmalloc((size_t)piece * sizeof(uint16_t));
+    for (int64_t at = 0; at < g->numel; at += OFFLOAD_PIECE) {
+        int64_t n = g->numel - at < OFFLOAD_PIECE ? g->numel - at : OFFLOAD_PIECE, s = g->state_offset + at;
+        uint16_t *dlow = (uint16_t *)o->master + s;
+        be->download(be, high, (const uint16_t *)params + g->param_offset + at, (size_t)n * sizeof(uint16_t));
+        if (out) {
+            be->download(be, low, dlow, (size_t)n * sizeof(uint16_t));
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t bits = loom_split_join(high[i], low[i]);
+                memcpy(&out[s + i], &bits, sizeof bits);
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t bits;
+                memcpy(&bits, &in[s + i], sizeof bits);
+                low[i] = loom_split_low_near(high[i], bits);
+            }
+            be->upload(be, dlow, low, (size_t)n * sizeof(uint16_t));
+        }
+    }
+    free(high);
+    free(low);
+}
+
+void loom_adamw_master_get(const loom_adamw *o, const void *params, float *out) {
+    if (o->master && !o->split_master) o->state_be->download(o->state_be, out, o->master, (size_t)o->n * sizeof(float));
+    if (!o->split_master) return;
+    memset(out, 0, (size_t)o->n * sizeof(float));
+    for (int r = 0; r < o->nranges; r++) split_pieces(o, &o->ranges[r], params, out, NULL);
+}
+
+void loom_adamw_master_set(loom_adamw *o, const void *params, const float *in) {
+    if (o->master && !o->split_master) o->state_be->upload(o->state_be, o->master, in, (size_t)o->n * sizeof(float));
+    if (!o->split_master) return;
+    for (int r = 0; r < o->nranges; r++) split_pieces(o, &o->ranges[r], params, NULL, in);
+}
+
+// The update of range g on the backend: params from master (whole or split, or params alone)
+// and grads, both indexed like the state.
 static void update_range(loom_adamw *o, const loom_param_range *g, void *params, void *grads, loom_adamw_args args) {
     loom_backend *be = o->be;
     int64_t n = g->numel;
     size_t es = loom_dtype_size(be->dtype);
+    bool whole = o->master && !o->split_master;
+    if (o->split_master) args.master_low = (uint16_t *)o->master + g->state_offset;
     be->adamw_update(be, loom_view_dims((char *)params + (size_t)g->param_offset * es, be->dtype, &n, 1),
-                     o->master ? loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1) : (loom_tensor){0},
+                     whole ? loom_view_dims((float *)o->master + g->state_offset, LOOM_F32, &n, 1) : (loom_tensor){0},
                      loom_view_dims((char *)grads + (size_t)g->state_offset * es, be->dtype, &n, 1),
                      loom_view_dims((float *)o->m + g->state_offset, LOOM_F32, &n, 1),
                      loom_view_dims((float *)o->v + g->state_offset, LOOM_F32, &n, 1), args);

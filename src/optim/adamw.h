@@ -44,7 +44,10 @@ typedef struct {
     int64_t n;            // elements of optimizer state (the whole model, or a shard)
     void *m, *v;          // (n) fp32 first and second moments
     void *master;         // (n) fp32 master weights when be->dtype is lower precision or the state is
-                          // offloaded, else NULL
+                          // offloaded, else NULL; split_master: (n) uint16, their low halves
+    bool split_master;    // bf16 parameters and state on the device, rounded to nearest: each master
+                          // weight held as its parameter (the high half) and 16 more bits
+                          // (core/bf16.h's loom_split_*), 2 bytes a parameter less
     loom_param_range *ranges;
     int nranges;
     int64_t t;            // optimizer steps taken (bias correction uses t+1 next)
@@ -60,6 +63,9 @@ typedef struct {
 // (parameters, state and index0) with the same weight decay, so one update is few launches.
 // sharded_params: the parameter buffer the steps update is laid out as the state (ZeRO 3's
 // shard: param_offset = state_offset), else it is the table's flat buffer.
+// With bf16 parameters and the state on the device the master weights are split (split_master:
+// loom_adamw_splits), unless stochastic_rounding: its parameters are not the master weights'
+// nearest bf16, so those are kept whole.
 // Offloaded (LOOM_ADAMW_OFFLOAD_*), the state (moments and fp32 master weights) lives in host
 // memory and each step runs on the host's cores (the CPU backend), piece by piece (4M elements):
 // the piece's gradients are copied to the host as fp32, its master weights updated there, and
@@ -69,12 +75,22 @@ typedef struct {
 // Errors: LOOM_ENOMEM when the state does not fit.
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
                               const loom_param_slice *slices, int nslices, int64_t n, bool sharded_params,
-                              loom_adamw_offload offload);
+                              loom_adamw_offload offload, bool stochastic_rounding);
 void loom_adamw_free(loom_adamw *o);
+// Whether an optimizer of parameters of dtype dt holds its master weights split, and the bytes
+// of its state for n elements: moments (8 a parameter) and master weights (4, split 2, none 0).
+bool loom_adamw_splits(loom_dtype dt, loom_adamw_offload offload, bool stochastic_rounding);
+size_t loom_adamw_state_bytes(int64_t n, loom_dtype dt, loom_adamw_offload offload, bool stochastic_rounding);
 // Mixed precision: sets the master weights of every range from the (lower-precision) parameters
 // (num_elements of be->dtype: the buffer the steps update, host memory with
 // LOOM_ADAMW_OFFLOAD_PARAMS). No-op when there are no master weights.
 void loom_adamw_init_master(loom_adamw *o, const void *params, int64_t num_elements);
+// The master weights as fp32 in host memory, out (o->n; 0 outside the ranges), a checkpoint's:
+// split ones joined with the parameters (params: the buffer the steps update); and from in,
+// with split ones cut against the parameters as they are (loom_split_low_near), so that every
+// rank's copy of a parameter stays the model file's. Nothing when there are no master weights.
+void loom_adamw_master_get(const loom_adamw *o, const void *params, float *out);
+void loom_adamw_master_set(loom_adamw *o, const void *params, const float *in);
 
 // (The clipping factor is loom_clip_scale, backend/backend.h: the host's and the device's.)
 

@@ -42,10 +42,10 @@ static loom_status plan_of(const loom_trainer *t, const loom_gpt2_config *cfg, c
     bool replicas = loom_mesh_size(t->mesh, LOOM_GROUP_REPLICATE) > 1;
     if (s == LOOM_OK) s = loom_dp_plan(&m->table, W, replicas, be->dtype, c->zero, c->bucket_mb, &dp_bytes, &state_n);
     if (s == LOOM_OK) {
-        bool master = be->dtype != LOOM_F32 || c->offload_optimizer;
         loom_train_parts parts = {.params = (size_t)m->num_elements * es,
                                   .dp = dp_bytes,
-                                  .state = (size_t)state_n * sizeof(float) * (master ? 3 : 2),
+                                  .state = loom_adamw_state_bytes(state_n, be->dtype, loom_train_adamw_offload(c),
+                                                                  c->adamw.stochastic_rounding),
                                   .shard = c->zero == 3 ? (size_t)state_n * es : 0, // the state's layout
                                   .units = c->zero == 3 ? loom_fsdp_plan_units(&m->table, cfg->num_layers, W, be->dtype) : 0,
                                   .activations = acts,

@@ -93,7 +93,7 @@ static loom_status save_state(loom_trainer *t, const char *dir) {
     loom_backend *be = t->opt->state_be, *fp8_be = t->be;
     be->download(be, m, t->opt->m, bytes);
     be->download(be, v, t->opt->v, bytes);
-    if (master) be->download(be, master, t->opt->master, bytes);
+    if (master) loom_adamw_master_get(t->opt, loom_train_params(t, NULL), master);
     size_t fn = fp8_be->fp8_history ? fp8_be->fp8_save(fp8_be, NULL) : 0;
     float *fp8 = fn ? loom_xmalloc(fn * sizeof(float)) : NULL;
     if (fn) fp8_be->fp8_save(fp8_be, fp8);

@@ -155,11 +155,8 @@ static loom_status build_parallel(loom_trainer *t, const loom_gpt2_config *cfg, 
     set_params(t, file);
     int n;
     const loom_param_slice *slices = loom_dp_slices(t->dp, &n);
-    loom_adamw_offload offload = c->offload_params      ? LOOM_ADAMW_OFFLOAD_PARAMS
-                                 : c->offload_optimizer ? LOOM_ADAMW_OFFLOAD_STATE
-                                                        : LOOM_ADAMW_ON_DEVICE;
     LOOM_TRY(loom_adamw_create(&t->opt, t->be, &m->table, slices, n, loom_dp_state_elements(t->dp), t->fsdp != NULL,
-                               offload));
+                               loom_train_adamw_offload(c), c->adamw.stochastic_rounding));
     t->inputs = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     t->targets = loom_xmalloc((size_t)c->batch * t->st.seq_len * sizeof(int32_t));
     return c->cuda_graphs ? loom_step_graph_create(&t->graph, t) : LOOM_OK;
@@ -205,7 +202,7 @@ static loom_status load_state(loom_trainer *t, int64_t step) {
         loom_backend *be = t->opt->state_be;
         be->upload(be, t->opt->m, m, bytes);
         be->upload(be, t->opt->v, v, bytes);
-        if (has_master) be->upload(be, t->opt->master, master, bytes);
+        if (has_master) loom_adamw_master_set(t->opt, loom_train_params(t, NULL), master);
         else init_master(t);
         t->opt->t = st->step;
     }
@@ -351,7 +348,8 @@ void loom_trainer_memory(const loom_trainer *t, loom_train_memory *mem) {
     if (t->fsdp) loom_fsdp_memory(t->fsdp, &units, &peak);
     loom_train_parts parts = {.params = pbytes,
                               .dp = loom_dp_memory_bytes(t->dp),
-                              .state = (size_t)loom_dp_state_elements(t->dp) * sizeof(float) * (t->opt->master ? 3 : 2),
+                              .state = loom_adamw_state_bytes(loom_dp_state_elements(t->dp), t->be->dtype,
+                                                              t->opt->offload, t->cfg.adamw.stochastic_rounding),
                               .shard = t->fsdp ? (size_t)loom_fsdp_shard_elements(t->fsdp) * es : 0,
                               .units = peak,
                               .activations = model - (t->fsdp ? 0 : 2 * pbytes) + (t->cp ? loom_cp_memory_bytes(t->cp) : 0),

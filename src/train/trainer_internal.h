@@ -13,6 +13,11 @@ static inline int loom_train_seq_rows(const loom_trainer *t) { return t->st.seq_
 // The parameter buffer the optimizer updates and its element count (*n, when n is not NULL):
 // the model's flat buffer, or ZeRO 3's shard.
 void *loom_train_params(const loom_trainer *t, int64_t *n);
+// Where config c keeps the AdamW state (--offload optimizer, and params with it).
+static inline loom_adamw_offload loom_train_adamw_offload(const loom_train_config *c) {
+    return c->offload_params ? LOOM_ADAMW_OFFLOAD_PARAMS : c->offload_optimizer ? LOOM_ADAMW_OFFLOAD_STATE
+                                                                                 : LOOM_ADAMW_ON_DEVICE;
+}
 // Whether the schedule splits pipeline rank `rank`'s backward into its input and weight halves.
 bool loom_train_splits_backward(const loom_pp_schedule *s, int rank);
 // Refuses, before anything is allocated, a run whose memory plan (plan.c) does not fit in the

@@ -1,7 +1,9 @@
 // Core: Philox4x32-10 against the Random123 known-answer vectors, the statistics of the
-// normal generator, atomic writes, tensor views, JSON numbers that read back exactly.
+// normal generator, atomic writes, tensor views, JSON numbers that read back exactly, an fp32
+// value split into a bf16 and its low half (the split master weights) and joined again.
 #include "harness.h"
 
+#include "core/bf16.h"
 #include "core/fileio.h"
 #include "core/json.h"
 #include "core/rng.h"
@@ -129,6 +131,37 @@ static void test_json_numbers(void) {
     cJSON_Delete(o), free(text);
 }
 
+// loom_split_*: every 32-bit pattern comes back from its halves; a finite value's high half is
+// loom_f32_to_bf16's nearest bf16 but on a tie, where it is the one away from zero; a high half
+// rounded otherwise takes the low half nearest the value (the edges of its reach past them).
+static void test_split(void) {
+    const uint32_t edges[] = {0, 0x80000000u, 0x3f7fffffu, 0x3f808000u, 0x3f818000u, 0xbf808000u, 0x7f7fffffu,
+                              0x00008000u, 0x7fc08000u, 0x7fff8000u, 0xffff8000u, 0xffffffffu, 0x7f800000u};
+    int bad_join = 0, bad_high = 0, bad_near = 0;
+    for (int i = 0; i < 1000000 + (int)(sizeof edges / sizeof edges[0]); i++) {
+        uint32_t b = i < (int)(sizeof edges / sizeof edges[0]) ? edges[i] : (uint32_t)t_next();
+        uint16_t hi = loom_split_high(b), lo = loom_split_low(b);
+        bad_join += loom_split_join(hi, lo) != b;
+        float f;
+        memcpy(&f, &b, sizeof f);
+        if (isfinite(f)) {
+            uint16_t rne = loom_f32_to_bf16(f);
+            bool tie = (b & 0xffffu) == 0x8000u;
+            bad_high += hi != (tie ? (uint16_t)((b >> 16) + 1) : rne);
+            // beside a ties-to-even high half: exact but on the tie it rounded down (1 ulp under)
+            uint32_t back = loom_split_join(rne, loom_split_low_near(rne, b));
+            bad_near += back != (tie && rne == (uint16_t)(b >> 16) ? b - 1 : b);
+        }
+    }
+    T_ASSERT(bad_join == 0, "split: %d patterns do not join back", bad_join);
+    T_ASSERT(bad_high == 0, "split: %d high halves are not the nearest bf16 (ties away from zero)", bad_high);
+    T_ASSERT(bad_near == 0, "split: %d low halves beside a ties-to-even bf16 are not the nearest", bad_near);
+    // a high half out of reach: the nearer end, 1/2 bf16 ulp below or just under 1/2 above it
+    uint32_t b = 0x40490fdbu; // pi
+    T_ASSERT(loom_split_join(0x4047, loom_split_low_near(0x4047, b)) == 0x40477fffu, "split: above the reach");
+    T_ASSERT(loom_split_join(0x404b, loom_split_low_near(0x404b, b)) == 0x404a8000u, "split: below the reach");
+}
+
 int main(void) {
     t_seed();
     test_philox_kat();
@@ -136,5 +169,6 @@ int main(void) {
     test_atomic_write();
     test_views();
     test_json_numbers();
+    test_split();
     return t_done("core");
 }

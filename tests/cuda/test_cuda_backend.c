@@ -435,6 +435,60 @@ static void test_adamw(shape s, bool with_master, bool ragged) {
     free(vh), b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&param);
 }
 
+// Split master weights (bf16 mode): the parameters are the fp32 master weights' high halves and
+// a buffer holds their low halves (core/bf16.h; every 97th value a tie, whose high half is the
+// bf16 away from zero). The halves the GPU writes back, joined: within fp32 rounding (1e-5 of the
+// largest) of the CPU's fp32 update of the same values, where a bf16 rounding anywhere would be
+// off by up to 4e-3; and bit for bit the whole master weights' update on the GPU, whose bf16
+// parameters are the high halves but where the result is a tie (rounded to even there).
+static void test_adamw_split(shape s, bool ragged) {
+    size_t n = (ragged ? 10007 : 10008) + (size_t)s.T * s.C;
+    loom_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                         .weight_decay = 0.1f, .grad_scale = 0.7f, .t = 3};
+    buf master = b_randn(n, 1, F32), grad = b_randn(n, 1, dt), m = b_randn(n, 0.1f, F32), v = b_randn(n, 0.1f, F32);
+    for (size_t i = 0; i < n; i++) v.h[i] *= v.h[i]; // second moments are >= 0
+    upload_as(v.d, v.h, n, F32);
+    uint32_t *bits = (uint32_t *)master.h;
+    for (size_t i = 0; i < n; i += 97) bits[i] = (bits[i] & 0xffff0000u) | 0x8000u;
+    upload_as(master.d, master.h, n, F32);
+    // the whole master weights' update: its own copies of the inputs (b_from rounds param to even)
+    buf wparam = b_from(master.h, n, LOOM_BF16), wm = b_from(m.h, n, F32), wv = b_from(v.h, n, F32);
+    uint16_t *high = loom_xmalloc(n * 2 + 2), *low = loom_xmalloc(n * 2 + 2);
+    for (size_t i = 0; i < n; i++) high[i] = loom_split_high(bits[i]), low[i] = loom_split_low(bits[i]);
+    void *dhigh = gpu->alloc(gpu, n * 2), *dlow = gpu->alloc(gpu, n * 2);
+    LOOM_CHECK(dhigh && dlow);
+    gpu->upload(gpu, dhigh, high, n * 2);
+    gpu->upload(gpu, dlow, low, n * 2);
+    loom_tensor none = {0};
+    gpu->adamw_update(gpu, DV(wparam, n), DV(master, n), DV(grad, n), DV(wm, n), DV(wv, n), a);
+    cpu->adamw_update(cpu, HV(master, n), none, HV(grad, n), HV(m, n), HV(v, n), a);
+    a.master_low = dlow;
+    gpu->adamw_update(gpu, LOOM_VIEW(dhigh, LOOM_BF16, n), none, DV(grad, n), DV(m, n), DV(v, n), a);
+    gpu->download(gpu, high, dhigh, n * 2);
+    gpu->download(gpu, low, dlow, n * 2);
+    uint32_t *whole = loom_xmalloc(n * 4 + 4);
+    uint16_t *wp = loom_xmalloc(n * 2 + 2);
+    gpu->download(gpu, whole, master.d, n * 4);
+    gpu->download(gpu, wp, wparam.d, n * 2);
+    float *got = loom_xmalloc(n * 4 + 4);
+    size_t unequal = 0, params = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b = loom_split_join(high[i], low[i]);
+        memcpy(&got[i], &b, 4);
+        unequal += b != whole[i];
+        params += wp[i] != high[i] && (b & 0xffffu) != 0x8000u;
+    }
+    double e = t_max_rel_err(got, master.h, n);
+    record("adamw split master", e);
+    T_ASSERT(e < 1e-5, "bf16 adamw split master B=%d T=%d C=%d: rel err %.3g", s.B, s.T, s.C, e);
+    T_ASSERT(unequal == 0, "adamw split master: %zu of %zu values differ from the whole master's update", unequal, n);
+    T_ASSERT(params == 0, "adamw split master: %zu parameters off a tie differ from the whole master's", params);
+    check("adamw m (split master)", m, s);
+    check("adamw v (split master)", v, s);
+    free(got), free(high), free(low), free(whole), free(wp), gpu->free(gpu, dhigh), gpu->free(gpu, dlow);
+    b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&wparam), b_free(&wm), b_free(&wv);
+}
+
 // Stochastic rounding of the bf16 parameters from the master weights (bf16 mode): with lr 0
 // the master values stay, and each parameter must be one of its two bf16 neighbours, rounded up
 // about as often as the fractions of the gaps say (within 6 standard deviations), the same for
@@ -589,7 +643,7 @@ static void run_mode(loom_dtype mode, bool quick) {
         test_crossentropy_parallel(s, 40.0f);
         for (int ragged = 0; ragged < 2; ragged++) {
             test_adamw(s, false, ragged);
-            if (mode == LOOM_BF16) test_adamw(s, true, ragged);
+            if (mode == LOOM_BF16) test_adamw(s, true, ragged), test_adamw_split(s, ragged);
         }
         test_sumsq(s);
         test_step_scalars(s);

@@ -36,3 +36,11 @@ endif()
 # Every kernel begins with cuda_pdl_begin() (programmatic dependent launch's contract): a source
 # check, so it runs without a GPU too.
 add_test(NAME cuda_pdl_first COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/pdl_first.sh ${CMAKE_SOURCE_DIR}/src/backend/cuda)
+# bf16 training on the GPU killed and resumed ends bit-identical to the whole run (the split master
+# weights saved and cut again; whole ones; ZeRO 1 on 2 ranks sharing the GPU).
+if(LOOM_HAVE_CUDA)
+  add_test(NAME resume_gpu COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/resume_gpu.sh $<TARGET_FILE:loom>
+                                   ${CMAKE_SOURCE_DIR}/tests/fixtures ${MPIEXEC_EXECUTABLE})
+  set_tests_properties(resume_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS cuda ENVIRONMENT
+                       "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+endif()

@@ -143,7 +143,7 @@ int main(int argc, char **argv) {
     // 5 AdamW steps with clipping on the same batch
     loom_param_slice all = {0, 0, m->num_elements};
     loom_adamw *opt;
-    T_ASSERT(loom_adamw_create(&opt, be, &m->table, &all, 1, m->num_elements, false, LOOM_ADAMW_ON_DEVICE) == LOOM_OK, "opt");
+    T_ASSERT(loom_adamw_create(&opt, be, &m->table, &all, 1, m->num_elements, false, LOOM_ADAMW_ON_DEVICE, false) == LOOM_OK, "opt");
     loom_adamw_init_master(opt, m->params, m->num_elements);
     loom_adamw_config cfg = {.lr = fx.lr, .beta1 = fx.beta1, .beta2 = fx.beta2, .eps = fx.eps, .weight_decay = fx.wd,
                              .grad_clip = fx.clip};

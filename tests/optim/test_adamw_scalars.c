@@ -40,8 +40,8 @@ static void test_steps(loom_gpt2 *model) {
     int64_t n = model->num_elements;
     loom_param_slice all = {0, 0, n};
     loom_adamw *a, *b;
-    T_ASSERT(loom_adamw_create(&a, be, &model->table, &all, 1, n, false, LOOM_ADAMW_ON_DEVICE) == LOOM_OK, "a");
-    T_ASSERT(loom_adamw_create(&b, be, &model->table, &all, 1, n, false, LOOM_ADAMW_ON_DEVICE) == LOOM_OK, "b");
+    T_ASSERT(loom_adamw_create(&a, be, &model->table, &all, 1, n, false, LOOM_ADAMW_ON_DEVICE, false) == LOOM_OK, "a");
+    T_ASSERT(loom_adamw_create(&b, be, &model->table, &all, 1, n, false, LOOM_ADAMW_ON_DEVICE, false) == LOOM_OK, "b");
     T_ASSERT(a->nranges > 1, "a tiny GPT-2 has ranges with and without weight decay: %d", a->nranges);
     loom_adamw_config cfg = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
     float *pa = malloc((size_t)n * sizeof(float)), *pb = malloc((size_t)n * sizeof(float));
@@ -82,7 +82,7 @@ static void test_skip(loom_gpt2 *model) {
     int64_t n = model->num_elements;
     loom_param_slice all = {0, 0, n};
     loom_adamw *o;
-    T_ASSERT(loom_adamw_create(&o, be, &model->table, &all, 1, n, false, LOOM_ADAMW_ON_DEVICE) == LOOM_OK, "o");
+    T_ASSERT(loom_adamw_create(&o, be, &model->table, &all, 1, n, false, LOOM_ADAMW_ON_DEVICE, false) == LOOM_OK, "o");
     loom_adamw_config cfg = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
     float *p = malloc((size_t)n * sizeof(float)), *g = malloc((size_t)n * sizeof(float));
     float *p0 = malloc((size_t)n * sizeof(float)), *m0 = malloc((size_t)n * sizeof(float));

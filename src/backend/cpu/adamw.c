@@ -13,7 +13,7 @@ void cpu_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master, l
     const float *g = cpu_f32(grad); // (n)
     int64_t n = loom_numel(&param);
     const loom_step_scalars *s = args.scalars;
-    LOOM_CHECK(master.data == NULL && (s || args.t >= 1));
+    LOOM_CHECK(master.data == NULL && !args.master_low && (s || args.t >= 1));
     LOOM_CHECK(loom_numel(&grad) == n && loom_numel(&m) == n && loom_numel(&v) == n);
     if (s && s->skip) return;
     float b1 = args.beta1, b2 = args.beta2, wd = args.weight_decay, eps = args.eps;

@@ -7,6 +7,9 @@
 // update runs on param itself. Bias corrections are computed once on the host in fp64
 // (loom_adamw_bias). With args.stochastic_rounding (bf16 with master weights) param is the master
 // value rounded stochastically with hashed random bits (sr_bits) instead of to nearest. With
+// args.master_low (bf16, no master tensor) the master weights are split (core/bf16.h): param holds
+// each one's high half and master_low its low half, 4 bytes a parameter where master and param take
+// 6, and 2 fewer moved a step (26 bytes a parameter: gradient 2, moments 16, halves 8). With
 // args.scalars the kernel reads lr, t, grad_scale and the bias corrections from device memory
 // when it runs (a recorded step), and returns at once where its skip is set; step_scalars fills
 // in the clipping factor and the skip flag there, with the host's fp64 arithmetic.
@@ -35,8 +38,9 @@ __device__ __forceinline__ __nv_bfloat16 bf16_stochastic(float x, uint32_t bits)
 }
 
 // nv vectors of W elements (vec.cuh: W = 8 bf16 or 4 fp32 parameters a step, the fp32 moments
-// and master weights in as many 16-byte loads; W = 1 where an address or n does not allow it)
-template <typename T, int W>
+// and master weights in as many 16-byte loads; W = 1 where an address or n does not allow it).
+// SPLIT (T bf16): the master weights are param's bits joined with a.master_low's.
+template <typename T, int W, bool SPLIT>
 __global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, float *v, int64_t nv,
                              loom_adamw_args a, float bc1, float bc2) {
     cuda_pdl_begin();
@@ -47,11 +51,21 @@ __global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, f
     GRID_STRIDE(iv, nv) {
         int64_t i = iv * W;
         float g[W], mi[W], vi[W], p[W];
+        T high[W];       // SPLIT: the master weights' high halves (the parameters)
+        uint16_t low[W]; // and their low halves
         vload<T, W>(g, grad + i);
         vload<float, W>(mi, m + i);
         vload<float, W>(vi, v + i);
-        if (master) vload<float, W>(p, master + i);
-        else vload<T, W>(p, param + i);
+        if constexpr (SPLIT) {
+            vload_raw<T, W>(high, param + i);
+            vload_raw<uint16_t, W>(low, a.master_low + i);
+#pragma unroll
+            for (int k = 0; k < W; k++) p[k] = __uint_as_float(loom_split_join(__bfloat16_as_ushort(high[k]), low[k]));
+        } else if (master) {
+            vload<float, W>(p, master + i);
+        } else {
+            vload<T, W>(p, param + i);
+        }
 #pragma unroll
         for (int k = 0; k < W; k++) {
             float gk = g[k] * a.grad_scale;
@@ -61,14 +75,32 @@ __global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, f
         }
         vstore<float, W>(m + i, mi);
         vstore<float, W>(v + i, vi);
-        if (master) vstore<float, W>(master + i, p);
-        if (sizeof(T) == 2 && master && a.stochastic_rounding) { // bf16 values: vstore keeps them
+        if constexpr (SPLIT) {
 #pragma unroll
-            for (int k = 0; k < W; k++)
-                p[k] = __bfloat162float(bf16_stochastic(p[k], sr_bits(a.sr_seed, a.t, a.index0 + i + k)));
+            for (int k = 0; k < W; k++) {
+                uint32_t bits = __float_as_uint(p[k]);
+                high[k] = __ushort_as_bfloat16(loom_split_high(bits));
+                low[k] = loom_split_low(bits);
+            }
+            vstore_raw<uint16_t, W>(a.master_low + i, low);
+            vstore_raw<T, W>(param + i, high);
+        } else {
+            if (master) vstore<float, W>(master + i, p);
+            if (sizeof(T) == 2 && master && a.stochastic_rounding) { // bf16 values: vstore keeps them
+#pragma unroll
+                for (int k = 0; k < W; k++)
+                    p[k] = __bfloat162float(bf16_stochastic(p[k], sr_bits(a.sr_seed, a.t, a.index0 + i + k)));
+            }
+            vstore<T, W>(param + i, p);
         }
-        vstore<T, W>(param + i, p);
     }
+}
+
+template <typename T, int W, bool SPLIT>
+static void adamw_launch(loom_backend *be, void *param, float *master, const void *grad, float *m, float *v,
+                         int64_t n, loom_adamw_args args, float bc1, float bc2) {
+    cuda_launch(cuda_of(be)->stream, adamw_kernel<T, W, SPLIT>, cuda_blocks(n / W, ADAMW_THREADS), ADAMW_THREADS, 0,
+                (T *)param, master, (const T *)grad, m, v, n / W, args, bc1, bc2);
 }
 
 extern "C" void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tensor master,
@@ -80,14 +112,19 @@ extern "C" void cuda_adamw_update(loom_backend *be, loom_tensor param, loom_tens
     LOOM_CHECK(loom_numel(&grad) == n && loom_numel(&m) == n && loom_numel(&v) == n);
     float *mp = master.data ? cuda_f32(master) : NULL;
     if (mp) LOOM_CHECK(loom_numel(&master) == n);
+    LOOM_CHECK(!args.master_low || (bf && !mp && !args.stochastic_rounding));
     if (!n) return;
     float bc1 = args.scalars ? 0.0f : loom_adamw_bias(args.beta1, args.t),
           bc2 = args.scalars ? 0.0f : loom_adamw_bias(args.beta2, args.t);
-    bool vec = cuda_vec_ok(bf, n, param.data, mp, grad.data, m.data, v.data);
-    CUDA_DISPATCH(bf, vec, {
-        cuda_launch(cuda_of(be)->stream, adamw_kernel<T, W>, cuda_blocks(n / W, ADAMW_THREADS), ADAMW_THREADS, 0,
-                    (T *)param.data, mp, (const T *)grad.data, cuda_f32(m), cuda_f32(v), n / W, args, bc1, bc2);
-    });
+    const void *state = args.master_low ? (const void *)args.master_low : mp;
+    bool vec = cuda_vec_ok(bf, n, param.data, state, grad.data, m.data, v.data);
+    float *mm = cuda_f32(m), *vv = cuda_f32(v);
+    if (args.master_low && vec)
+        adamw_launch<__nv_bfloat16, 8, true>(be, param.data, mp, grad.data, mm, vv, n, args, bc1, bc2);
+    else if (args.master_low)
+        adamw_launch<__nv_bfloat16, 1, true>(be, param.data, mp, grad.data, mm, vv, n, args, bc1, bc2);
+    else
+        CUDA_DISPATCH(bf, vec, adamw_launch<T, W, false>(be, param.data, mp, grad.data, mm, vv, n, args, bc1, bc2));
 }
 
 // The device's part of sc (backend.h's step_scalars): one block; every thread checks its share

@@ -46,6 +46,18 @@ template <typename T, int W> __device__ __forceinline__ void vload_raw(T (&x)[W]
     }
 }
 
+// p[0..W) = x[0..W) as they are; alignment as vload
+template <typename T, int W> __device__ __forceinline__ void vstore_raw(T *p, const T (&x)[W]) {
+    if constexpr (W * sizeof(T) % 16 == 0) {
+#pragma unroll
+        for (int q = 0; q < W * (int)sizeof(T) / 16; q++)
+            reinterpret_cast<uint4 *>(p)[q] = reinterpret_cast<const uint4 *>(x)[q];
+    } else {
+#pragma unroll
+        for (int k = 0; k < W; k++) p[k] = x[k];
+    }
+}
+
 // p[0..W) = x[0..W) rounded to T (nearest even for bf16); alignment as vload
 template <typename T, int W> __device__ __forceinline__ void vstore(T *p, const float (&x)[W]) {
     if constexpr (W * sizeof(T) % 16 == 0) {
