@@ -411,7 +411,22 @@ static void test_crossentropy_parallel(shape s, float scale) {
     free(z), free(tgt), gpu->free(gpu, dtgt);
 }
 
-// n ragged (one element a thread) or a multiple of 8 (16-byte vectors; every C here is)
+// The device's values of b against the CPU's in b.h rounded to b's dtype, bit for bit.
+static void check_bits(const char *what, buf b, shape s) {
+    size_t es = loom_dtype_size(b.dt), differ = 0;
+    unsigned char *got = loom_xmalloc(b.n * es + 4);
+    gpu->download(gpu, got, b.d, b.n * es);
+    for (size_t i = 0; i < b.n; i++) {
+        uint16_t h = f2bf(b.h[i]);
+        differ += memcmp(got + i * es, b.dt == LOOM_BF16 ? (const void *)&h : (const void *)&b.h[i], es) != 0;
+    }
+    T_ASSERT(differ == 0, "%s %s B=%d T=%d C=%d: %zu of %zu values differ from the CPU's bits",
+             dt == LOOM_BF16 ? "bf16" : "fp32", what, s.B, s.T, s.C, differ, b.n);
+    free(got);
+}
+
+// n ragged (one element a thread) or a multiple of 8 (16-byte vectors; every C here is). Every
+// operation of the update is rounded alone on both sides, so the GPU gives the CPU's bits.
 static void test_adamw(shape s, bool with_master, bool ragged) {
     size_t n = (ragged ? 10007 : 10008) + (size_t)s.T * s.C;
     loom_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
@@ -432,15 +447,18 @@ static void test_adamw(shape s, bool with_master, bool ragged) {
     if (with_master) check("adamw master", master, s);
     check("adamw m", m, s);
     check("adamw v", v, s);
+    check_bits(with_master ? "adamw param (with master)" : "adamw param", param, s);
+    if (with_master) check_bits("adamw master", master, s);
+    check_bits("adamw m", m, s);
+    check_bits("adamw v", v, s);
     free(vh), b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&param);
 }
 
 // Split master weights (bf16 mode): the parameters are the fp32 master weights' high halves and
 // a buffer holds their low halves (core/bf16.h; every 97th value a tie, whose high half is the
-// bf16 away from zero). The halves the GPU writes back, joined: within fp32 rounding (1e-5 of the
-// largest) of the CPU's fp32 update of the same values, where a bf16 rounding anywhere would be
-// off by up to 4e-3; and bit for bit the whole master weights' update on the GPU, whose bf16
-// parameters are the high halves but where the result is a tie (rounded to even there).
+// bf16 away from zero). The halves the GPU writes back, joined: the CPU's fp32 update of the same
+// values bit for bit, and the whole master weights' update on the GPU, whose bf16 parameters are
+// the high halves but where the result is a tie (rounded to even there).
 static void test_adamw_split(shape s, bool ragged) {
     size_t n = (ragged ? 10007 : 10008) + (size_t)s.T * s.C;
     loom_adamw_args a = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
@@ -478,13 +496,13 @@ static void test_adamw_split(shape s, bool ragged) {
         unequal += b != whole[i];
         params += wp[i] != high[i] && (b & 0xffffu) != 0x8000u;
     }
-    double e = t_max_rel_err(got, master.h, n);
-    record("adamw split master", e);
-    T_ASSERT(e < 1e-5, "bf16 adamw split master B=%d T=%d C=%d: rel err %.3g", s.B, s.T, s.C, e);
+    record("adamw split master", t_max_rel_err(got, master.h, n));
+    T_ASSERT(memcmp(got, master.h, n * 4) == 0, "adamw split master B=%d T=%d C=%d: not the CPU's bits", s.B, s.T,
+             s.C);
     T_ASSERT(unequal == 0, "adamw split master: %zu of %zu values differ from the whole master's update", unequal, n);
     T_ASSERT(params == 0, "adamw split master: %zu parameters off a tie differ from the whole master's", params);
-    check("adamw m (split master)", m, s);
-    check("adamw v (split master)", v, s);
+    check_bits("adamw m (split master)", m, s);
+    check_bits("adamw v (split master)", v, s);
     free(got), free(high), free(low), free(whole), free(wp), gpu->free(gpu, dhigh), gpu->free(gpu, dlow);
     b_free(&master), b_free(&grad), b_free(&m), b_free(&v), b_free(&wparam), b_free(&wm), b_free(&wv);
 }

@@ -2,6 +2,8 @@
 // torch.optim.AdamW exactly as the CPU reference writes it (backend.h gives the formula):
 //   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
 //   p -= lr * ((m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p)
+// in the same order with every operation rounded alone (no fused multiply-adds, which the compiler
+// would otherwise place differently in each instantiation), so that it gives the CPU's bits.
 // param/grad (n) be->dtype, m/v (n) fp32. With master weights (master.data != NULL, fp32) the
 // update runs on the master copy and param receives it rounded to nearest (bf16); without, the
 // update runs on param itself. Bias corrections are computed once on the host in fp64
@@ -67,11 +69,12 @@ __global__ void adamw_kernel(T *param, float *master, const T *grad, float *m, f
             vload<T, W>(p, param + i);
         }
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            float gk = g[k] * a.grad_scale;
-            mi[k] = a.beta1 * mi[k] + (1.0f - a.beta1) * gk;
-            vi[k] = a.beta2 * vi[k] + (1.0f - a.beta2) * gk * gk;
-            p[k] -= a.lr * ((mi[k] / bc1) / (sqrtf(vi[k] / bc2) + a.eps) + a.weight_decay * p[k]);
+        for (int k = 0; k < W; k++) { // every product and sum rounded, as the CPU's C: the same bits
+            float gk = __fmul_rn(g[k], a.grad_scale);
+            mi[k] = __fadd_rn(__fmul_rn(a.beta1, mi[k]), __fmul_rn(1.0f - a.beta1, gk));
+            vi[k] = __fadd_rn(__fmul_rn(a.beta2, vi[k]), __fmul_rn(__fmul_rn(1.0f - a.beta2, gk), gk));
+            float u = __fdiv_rn(__fdiv_rn(mi[k], bc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vi[k], bc2)), a.eps));
+            p[k] = __fsub_rn(p[k], __fmul_rn(a.lr, __fadd_rn(u, __fmul_rn(a.weight_decay, p[k]))));
         }
         vstore<float, W>(m + i, mi);
         vstore<float, W>(v + i, vi);
