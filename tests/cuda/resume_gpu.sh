@@ -14,7 +14,10 @@ cd "$WORK" || exit 1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 A=(train --model gpt2-mini --train-data "$FIX/gpt2_eval_shard.bin" --seq 64 --batch 4 --global-batch 8 --steps 12
    --lr 1e-3 --warmup 3 --device cuda)
-"$LOOM" "${A[@]}" --steps 1 >probe.txt 2>&1 || { grep -q 'no CUDA device' probe.txt && exit 77; fail "$(tail -1 probe.txt)"; }
+if ! "$LOOM" "${A[@]}" --steps 1 >probe.txt 2>&1; then
+    grep -q 'no CUDA device' probe.txt && exit 77
+    fail "$(tail -1 probe.txt)"
+fi
 losses() { grep '"loss"' "$1" | sed 's/"step_time_s.*//' | tail -6; }
 # check NAME NP FLAGS...: the whole run, the run killed after step 8, its resumption; compared
 check() {
