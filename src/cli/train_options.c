@@ -141,7 +141,7 @@ loom_status train_options_parse(train_options *o, int argc, char **argv, int wor
         {"eps", FLAG_FLOAT, &r->adamw.eps, "AdamW epsilon", 0, FLT_MAX, FLAG_ABOVE_MIN},
         {"weight-decay", FLAG_FLOAT, &r->adamw.weight_decay, "decoupled weight decay (matrices and embeddings)", 0, FLT_MAX},
         {"grad-clip", FLAG_FLOAT, &r->adamw.grad_clip, "clip the global gradient norm to this (0: off)", 0, FLT_MAX},
-        {"stochastic-rounding", FLAG_BOOL, &r->adamw.stochastic_rounding, "bf16: round the parameters from the fp32 master weights stochastically (unbiased) instead of to nearest"},
+        {"stochastic-rounding", FLAG_BOOL, &r->adamw.stochastic_rounding, "bf16: round the parameters from the fp32 master weights stochastically (unbiased) instead of to nearest (the master weights are then kept whole: 2 bytes a parameter more than split into the parameter and 16 bits)"},
         {"seed", FLAG_I64, &o->seed, "seed of initialisation, shuffling and sampling", CLI_SEED_RANGE},
         {"val-every", FLAG_INT, &o->val_every, "validation every N steps (0: only at the end)", 0, INT_MAX},
         {"val-batches", FLAG_INT, &o->val_batches, "micro-batches per validation", 1, INT_MAX},
