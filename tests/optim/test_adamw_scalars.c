@@ -6,7 +6,9 @@
 //   - the sum of squares that sumsq_add adds up over several runs equal, to the bit, to the host's
 //     fp64 sum of sumsq's results, and step_scalars' clipping factor to loom_clip_scale's;
 //   - a step whose losses or norm are not finite (NaN or infinite) is skipped: parameters and
-//     moments untouched.
+//     moments untouched;
+//   - where the master weights are held split (bf16 on the device, rounded to nearest) and the
+//     state's bytes a parameter: moments 8, master weights 2 split, 4 whole, none in fp32.
 #include "harness.h"
 
 #include "model/gpt2.h"
@@ -121,8 +123,21 @@ static void test_skip(loom_gpt2 *model) {
     loom_adamw_free(o);
 }
 
+static void test_state_bytes(void) {
+    T_ASSERT(loom_adamw_splits(LOOM_BF16, LOOM_ADAMW_ON_DEVICE, false), "bf16 on the device: split");
+    T_ASSERT(!loom_adamw_splits(LOOM_BF16, LOOM_ADAMW_ON_DEVICE, true), "stochastic rounding: whole");
+    T_ASSERT(!loom_adamw_splits(LOOM_BF16, LOOM_ADAMW_OFFLOAD_STATE, false), "offloaded: whole");
+    T_ASSERT(!loom_adamw_splits(LOOM_F32, LOOM_ADAMW_ON_DEVICE, false), "fp32: none");
+    T_ASSERT(loom_adamw_state_bytes(1000, LOOM_BF16, LOOM_ADAMW_ON_DEVICE, false) == 10000, "bf16 split: 10 B");
+    T_ASSERT(loom_adamw_state_bytes(1000, LOOM_BF16, LOOM_ADAMW_ON_DEVICE, true) == 12000, "bf16 whole: 12 B");
+    T_ASSERT(loom_adamw_state_bytes(1000, LOOM_BF16, LOOM_ADAMW_OFFLOAD_PARAMS, false) == 12000, "offloaded: 12 B");
+    T_ASSERT(loom_adamw_state_bytes(1000, LOOM_F32, LOOM_ADAMW_ON_DEVICE, false) == 8000, "fp32: 8 B");
+    T_ASSERT(loom_adamw_state_bytes(1000, LOOM_F32, LOOM_ADAMW_OFFLOAD_STATE, false) == 12000, "fp32 offloaded: 12 B");
+}
+
 int main(void) {
     t_seed();
+    test_state_bytes();
     LOOM_CHECK(loom_backend_create(&be, "cpu", LOOM_F32) == LOOM_OK);
     loom_gpt2_config cfg = {.max_seq_len = 24, .vocab_size = 97, .padded_vocab_size = 128,
                             .num_layers = 2, .num_heads = 2, .channels = 16};
