@@ -41,9 +41,14 @@ bool loom_adamw_splits(loom_dtype dt, loom_adamw_offload offload, bool stochasti
     return dt == LOOM_BF16 && offload == LOOM_ADAMW_ON_DEVICE && !stochastic_rounding;
 }
 
+// Bytes of master weight a parameter: split 2, whole 4 (lower-precision parameters, or the state
+// on the host), none 0.
+static size_t master_bytes(loom_dtype dt, loom_adamw_offload offload, bool stochastic_rounding) {
+    return loom_adamw_splits(dt, offload, stochastic_rounding) ? 2 : dt != LOOM_F32 || offload ? 4 : 0;
+}
+
 size_t loom_adamw_state_bytes(int64_t n, loom_dtype dt, loom_adamw_offload offload, bool stochastic_rounding) {
-    size_t master = loom_adamw_splits(dt, offload, stochastic_rounding) ? 2 : dt != LOOM_F32 || offload ? 4 : 0;
-    return (size_t)n * (2 * sizeof(float) + master);
+    return (size_t)n * (2 * sizeof(float) + master_bytes(dt, offload, stochastic_rounding));
 }
 
 loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_param_table *table,
@@ -62,9 +67,9 @@ loom_status loom_adamw_create(loom_adamw **out, loom_backend *be, const loom_par
     loom_backend *st = o->state_be;
     o->m = st->alloc(st, (size_t)n * sizeof(float));
     o->v = st->alloc(st, (size_t)n * sizeof(float));
-    bool master = be->dtype != LOOM_F32 || offload;
+    size_t master = master_bytes(be->dtype, offload, stochastic_rounding);
     o->split_master = loom_adamw_splits(be->dtype, offload, stochastic_rounding);
-    if (master) o->master = st->alloc(st, (size_t)n * (o->split_master ? sizeof(uint16_t) : sizeof(float)));
+    if (master) o->master = st->alloc(st, (size_t)n * master);
     if (offload) {
         int64_t piece = n < OFFLOAD_PIECE ? n : OFFLOAD_PIECE;
         o->host_grads = malloc((size_t)piece * sizeof(float));
@@ -161,15 +166,19 @@ static void split_pieces(const loom_adamw *o, const loom_param_range *g, const v
 }
 
 void loom_adamw_master_get(const loom_adamw *o, const void *params, float *out) {
-    if (o->master && !o->split_master) o->state_be->download(o->state_be, out, o->master, (size_t)o->n * sizeof(float));
-    if (!o->split_master) return;
+    if (!o->split_master) {
+        if (o->master) o->state_be->download(o->state_be, out, o->master, (size_t)o->n * sizeof(float));
+        return;
+    }
     memset(out, 0, (size_t)o->n * sizeof(float));
     for (int r = 0; r < o->nranges; r++) split_pieces(o, &o->ranges[r], params, out, NULL);
 }
 
 void loom_adamw_master_set(loom_adamw *o, const void *params, const float *in) {
-    if (o->master && !o->split_master) o->state_be->upload(o->state_be, o->master, in, (size_t)o->n * sizeof(float));
-    if (!o->split_master) return;
+    if (!o->split_master) {
+        if (o->master) o->state_be->upload(o->state_be, o->master, in, (size_t)o->n * sizeof(float));
+        return;
+    }
     for (int r = 0; r < o->nranges; r++) split_pieces(o, &o->ranges[r], params, NULL, in);
 }
 
