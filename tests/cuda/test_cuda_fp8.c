@@ -372,6 +372,7 @@ static void test_mlp(int N, int C, int OC, bool fits, bool act_kept, bool sites,
 
 #define MLP_FWD_SITE 9        // the fc layer's site (slots 27-29), the fcproj layer's next (30-32)
 #define MLP_FWD_TILES_SITE 24 // the same at 256 tiles (slots 72-77)
+#define MLP_FWD_WIDE_SITE 28  // the same at K = 1280, where gemm_fp8.cu declines (slots 84-89)
 
 // mlp_forward with act not kept and the residual add (res + the MLP, res as the fcproj product's C),
 // two steps at site (the fc layer's; the fcproj layer's next), the second on inputs times 0.6,
@@ -824,6 +825,7 @@ static void run_mode(loom_dtype mode, bool quick) {
     test_mlp_forward(256, 768, 3072, true, MLP_FWD_SITE); // the GELU's cast in the fc product: a tile a block
     test_mlp_forward(256, 768, 3072, false, MLP_FWD_SITE + 2);
     if (!quick) test_mlp_forward(4096, 256, 1024, true, MLP_FWD_TILES_SITE); // 256 tiles: two a block
+    if (!quick) test_mlp_forward(256, 1280, 5120, true, MLP_FWD_WIDE_SITE); // gpt2-large's: cuBLASLt, then the cast
     test_mlp_kept(256, 768, 3072, false, true);
     test_mlp_kept(256, 768, 3072, true, true);
     test_mlp_kept(256, 768, 3072, false, false);

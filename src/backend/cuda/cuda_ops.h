@@ -301,7 +301,8 @@ bool cuda_fp8_dgelu_gemm(loom_cuda *cu, const uint8_t *a8, const float *inv_a, c
 // fp8(gelu(pre) s) and cols (OC,N) its transpose, raising c.record to max |gelu(pre)|: the bytes
 // cuBLASLt's product with fast accumulation and fp8.cu's cast of gelu(pre) write. False, running
 // nothing, without delayed scaling's scale, for another epilogue or a C, with N, OC or C not a
-// multiple of 128 (gpt2-xl's C = 1600), or an operand not 16-byte aligned.
+// multiple of 128 (gpt2-xl's C = 1600) or C above 1024 (gpt2-large's 1280: there cuBLASLt's product
+// and the cast are faster), or an operand not 16-byte aligned.
 bool cuda_fp8_gelu_gemm(loom_cuda *cu, const cuda_gemm *g, const uint8_t *w8, const float *inv_w, const uint8_t *in8,
                         const float *inv_in, uint8_t *rows, uint8_t *cols, fp8_cast c);
 // The cast of operand `role` of the current site (be->fp8_site) under delayed scaling: from the

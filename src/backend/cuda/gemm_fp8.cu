@@ -40,6 +40,11 @@
 #define GF_SUMS_OFF (GF_PRE_OFF + GF_BF16_TILE) // float [4][128]: each 32 rows' column sums
 #define GF_BAR_OFF (GF_SUMS_OFF + 4 * GF_TILE * 4)
 #define GF_SMEM (GF_BAR_OFF + 128 + 1024)       // and up to 1024 bytes to align the start
+// FP8_GELU's largest K: beyond it the product's part outweighs the cast it saves, and cuBLASLt's
+// product followed by the cast is faster (H100, the forward of a delayed, fast-dgrad fp8 step:
+// gpt2-medium's K = 1024 19.0-19.1 ms with this form against 19.3 without, gpt2-large's K = 1280
+// 20.8-20.9 against 20.3; bench/NOTES.md, twenty-fifth session)
+#define GF_GELU_K_MAX 1024
 
 // maps (hopper_tensor_map_2d): ma A8 and mb B8 in 128-row boxes, mpre pre (FP8_GELU's output,
 // FP8_DGELU's input) in 128-row boxes of 64 columns, mrows rows and mcols cols in 128-row boxes;
@@ -244,5 +249,6 @@ bool cuda_fp8_gelu_gemm(loom_cuda *cu, const cuda_gemm *g, const uint8_t *w8, co
     // cuBLASLt's D^T: pre (g->n, g->m) row-major = in (g->n, g->k) w^T + bias
     bool epilogue = g->epilogue == (g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
     if (!epilogue || g->c || g->beta != 0.0f || g->ldd != g->m) return false; // the copies are dense, K-major
+    if (g->k > GF_GELU_K_MAX) return false;
     return gemm_fp8<FP8_GELU>(cu, in8, inv_in, w8, inv_w, g->d, g->bias, g->n, g->m, g->k, rows, cols, c, NULL);
 }
