@@ -13,15 +13,7 @@
 //   the consumers reading the stage by descriptors.
 // Each writes bf16 dX (split 1) or fp32 partials of k-splits added in order (split 2).
 // Usage, on a GPU: bench_ce_gemm [M N] (default 8192 768, gpt2's chunk of rows and C).
-#include "backend/cuda/hopper.cuh"
-
-#include <math.h>
-#include <vector>
-
-void cuda_check_failed(const char *what, const char *error, const char *call, const char *file, int line) {
-    fprintf(stderr, "%s:%d: %s error %s in %s\n", file, line, what, error, call);
-    exit(1);
-}
+#include "bench_gemm.cuh"
 
 #define CG_BM 128
 #define CG_BN 256
@@ -34,37 +26,6 @@ void cuda_check_failed(const char *what, const char *error, const char *call, co
 #define CG_SMEM (CG_BAR_OFF + 128 + 1024)
 #define CG_THREADS 384
 #define LOG2E 1.4426950408889634f
-// wgmma m64n256k16's 128 accumulators: d[i..i+7] read and written in place, and the register list
-#define CE_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                   "+f"(d[i + 6]), "+f"(d[i + 7])
-#define CE_ACC32(i) CE_ACC8(i), CE_ACC8(i + 8), CE_ACC8(i + 16), CE_ACC8(i + 24)
-#define CE_ACC128 CE_ACC32(0), CE_ACC32(32), CE_ACC32(64), CE_ACC32(96)
-#define CE_REGS128 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-// d (64 x 256) {+}= A B: A (64 x 16) a register fragment, B (16 x 256) N-major in shared memory
-__device__ __forceinline__ void wgmma256_rs(float (&d)[128], const uint32_t a[4], uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" CE_REGS128 "}, "
-                 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : CE_ACC128
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}
-// d (64 x 256) {+}= A B: A (64 x 16) K-major and B (16 x 256) N-major in shared memory
-__device__ __forceinline__ void wgmma256_ss(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" CE_REGS128 "}, "
-                 "%128, %129, p, 1, 1, 0, 1;\n}\n"
-                 : CE_ACC128
-                 : "l"(a), "l"(b), "r"(accumulate));
-}
-
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -339,7 +300,7 @@ ce_gemm_tw_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                wgmma256_ss(d, wg_desc(a + 32 * kk, 0), wg_desc(st + CG_A_BYTES + kk * 16 * 128, CG_BK * 128),
+                wgmma256_ss<1>(d, wg_desc(a + 32 * kk, 0), wg_desc(st + CG_A_BYTES + kk * 16 * 128, CG_BK * 128),
                             kb > c.kb0 || kk > 0);
             wg_commit();
             wg_wait<1>();
@@ -407,68 +368,6 @@ __global__ void ce_pass2(__nv_bfloat16 *dlog, const __nv_bfloat16 *logits, const
     *(uint4 *)(dlog + i) = v;
 }
 
-static uint32_t rng_state = 12345;
-static float frand() { // uniform [-1, 1)
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)(rng_state >> 8) / (float)(1 << 23) - 1.0f;
-}
-
-struct lt_gemm {
-    cublasLtHandle_t lt;
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulHeuristicResult_t algos[16];
-    int nalgo;
-    void *wsp;
-    size_t wsb = 64 << 20;
-};
-// row-major D (M, N) = A (M, K) B (K, N), bf16, fp32 accumulation: column-major D^T = B^T A^T
-static void lt_init(lt_gemm &g, int M, int N, int K) {
-    CUBLAS_CHECK(cublasLtCreate(&g.lt));
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.la, CUDA_R_16BF, N, K, N)); // B^T: W col-major (N, K)
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.lb, CUDA_R_16BF, K, M, K)); // A^T
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.ld, CUDA_R_16BF, N, M, N));
-    CUDA_CHECK(cudaMalloc(&g.wsp, g.wsb));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g.wsb,
-                                                      sizeof g.wsb));
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g.lt, g.op, g.la, g.lb, g.ld, g.ld, pref, 16, g.algos, &g.nalgo));
-}
-static void lt_run(lt_gemm &g, int a, const void *W, const void *A, void *D) {
-    float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(g.lt, g.op, &one, W, g.la, A, g.lb, &zero, D, g.ld, D, g.ld, &g.algos[a].algo, g.wsp,
-                                g.wsb, 0));
-}
-
-template <typename F> static float time_us(F f, int reps = 20) {
-    for (int i = 0; i < 3; i++) f();
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    cudaEventRecord(e0);
-    for (int i = 0; i < reps; i++) f();
-    cudaEventRecord(e1);
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    return ms * 1000.0f / reps;
-}
-
-static std::vector<float> to_host(const __nv_bfloat16 *d, size_t n) {
-    std::vector<__nv_bfloat16> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> f(n);
-    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
-    return f;
-}
-// max |a - b| / max |b|
-static double rel_diff(const std::vector<float> &a, const std::vector<float> &b) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < a.size(); i++) md = fmax(md, fabs(a[i] - b[i])), mb = fmax(mb, fabs(b[i]));
-    return md / mb;
-}
-
 int main(int argc, char **argv) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -508,17 +407,13 @@ int main(int argc, char **argv) {
     pass2();
     CUDA_CHECK(cudaDeviceSynchronize());
     lt_gemm g;
-    lt_init(g, M, N, K);
+    lt_init(g, M, N, K, 1);
     double flop = 2.0 * M * N * (double)K;
     printf("M %d N %d K %d, %d cuBLASLt candidates\n", M, N, K, g.nalgo);
     float t2 = time_us(pass2);
     printf("%-44s %9.1f us  %6.2f TB/s\n", "cross-entropy pass 2 alone (read + write)", t2, 2.0 * MK * 2 / t2 / 1e6);
-    float best = 1e30f;
-    int ba = 0;
-    for (int a = 0; a < g.nalgo; a++) {
-        float t = time_us([&] { lt_run(g, a, W, dlog, dx_lt); });
-        if (t < best) best = t, ba = a;
-    }
+    float best = lt_best(g, W, dlog, dx_lt);
+    int ba = g.best;
     float t_lt0 = time_us([&] { lt_run(g, 0, W, dlog, dx_lt); });
     printf("%-44s %9.1f us  %6.1f TFLOP/s (best of %d: %.1f us, #%d)\n", "cuBLASLt dlogits W (heuristic's first)",
            t_lt0,
