@@ -1,6 +1,6 @@
 // The MLP's GELU products in bf16 on a 128 x 256 tile of our own, timed against cuBLASLt's (a
 // design probe: bench/NOTES.md, twenty-eighth session).
-//   PLAIN: D (M,N) = A (M,K) B                        (B K-major (N,K) or N-major (K,N))
+//   AS_IS: D (M,N) = A (M,K) B                        (B K-major (N,K) or N-major (K,N))
 //   GELU:  pre (M,N) = bf16(A W^T + bias), D = bf16(gelu(pre))   (W (N,K): the fc layer's forward)
 //   DGELU: D (M,N) = bf16(bf16(A W) gelu'(pre)), colpart (M/128, N) fp32 D's column sums over each
 //          128 rows (for the fc bias gradient)                   (W (K,N): the fcproj layer's input gradient)
@@ -16,12 +16,13 @@
 // ours: us, TFLOP/s, the ratio, and max |ours - cuBLASLt| / max |cuBLASLt|; then the column sums
 // against their sum in double. Usage, on a GPU: bench_gemm_gelu [M N K] (default 16384 3072 768:
 // gpt2's MLP at B=16); built with -DGB_STAGES=2 for a shorter ring.
-#include "backend/cuda/gelu.cuh"
+#include "backend/cuda/fp8.cuh" // convert8: the GELU and its backward of 8 bf16, as the FP8 casts apply them
+#include "backend/cuda/vec.cuh"
 #include "bench_gemm.cuh"
 
 #include <functional>
 
-enum { PLAIN, GELU, DGELU };
+// OP (fp8.cuh's fp8_op): FP8_AS_IS the plain product, FP8_GELU the forward, FP8_DGELU the backward
 #define GB_BM 128
 #define GB_BN 256
 #define GB_BK 64
@@ -43,8 +44,6 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *(uint32_t *)&h;
 }
-__device__ __forceinline__ float lo_f(uint32_t x) { return __uint_as_float(x << 16); }
-__device__ __forceinline__ float hi_f(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
 
 // ma: A (M,K) in 128-row boxes; mb: B (N,K) in 256-row boxes (BT 0) or (K,N) in 64-row boxes (BT 1)
 template <int OP, int BT>
@@ -89,7 +88,7 @@ gemm_gelu_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__
         float *sums = (float *)(sm + GB_SUMS_OFF);
         for (int t = blockIdx.x, n = 0; t < tiles; t += gridDim.x, n++) {
             int m0 = t / tiles_n * GB_BM, n0 = t % tiles_n * GB_BN;
-            float cs[8] = {};
+            float cs[FP8_VEC] = {};
             mbar_wait(dfull, n & 1);
             constexpr int R = 4;
             for (int r0 = e; r0 < GB_BM; r0 += R * GB_EPI) {
@@ -99,7 +98,7 @@ gemm_gelu_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__
                     int r = r0 + u * GB_EPI;
                     if (r < GB_BM) {
                         dv[u] = *(const uint4 *)(db + box * GB_BOX + r * 128 + ((ch ^ (r & 7)) << 4));
-                        if (OP == DGELU) pv[u] = __ldcs((const uint4 *)(pre + (int64_t)(m0 + r) * N + n0 + c0));
+                        if (OP == FP8_DGELU) pv[u] = __ldcs((const uint4 *)(pre + (int64_t)(m0 + r) * N + n0 + c0));
                     }
                 }
 #pragma unroll
@@ -107,34 +106,27 @@ gemm_gelu_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__
                     int r = r0 + u * GB_EPI;
                     if (r >= GB_BM) continue;
                     int64_t at = (int64_t)(m0 + r) * N + n0 + c0;
-                    uint32_t *x = (uint32_t *)&dv[u];
-                    if (OP == PLAIN) {
+                    if (OP == FP8_GELU) *(uint4 *)(pre_out + at) = dv[u];
+                    if (OP == FP8_AS_IS) {
                         *(uint4 *)(out + at) = dv[u];
-                    } else if (OP == GELU) {
-                        *(uint4 *)(pre_out + at) = dv[u];
-                        uint4 y;
-                        uint32_t *yy = (uint32_t *)&y;
-#pragma unroll
-                        for (int j = 0; j < 4; j++) yy[j] = pack2(gelu_of(lo_f(x[j])), gelu_of(hi_f(x[j])));
-                        *(uint4 *)(out + at) = y;
-                    } else {
-                        const uint32_t *p = (const uint32_t *)&pv[u];
-                        uint4 y;
-                        uint32_t *yy = (uint32_t *)&y;
-#pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            yy[j] = pack2(lo_f(x[j]) * gelu_grad(lo_f(p[j])), hi_f(x[j]) * gelu_grad(hi_f(p[j])));
-                            cs[2 * j] += lo_f(yy[j]), cs[2 * j + 1] += hi_f(yy[j]);
-                        }
-                        *(uint4 *)(out + at) = y;
+                        continue;
                     }
+                    float y[FP8_VEC];
+                    convert8<OP>(y, dv[u], pv[u], 0.0f);
+                    if (OP == FP8_DGELU) // the sums of the values as stored
+#pragma unroll
+                        for (int j = 0; j < FP8_VEC; j++) {
+                            y[j] = __bfloat162float(__float2bfloat16(y[j]));
+                            cs[j] += y[j];
+                        }
+                    vstore<__nv_bfloat16, FP8_VEC>(out + at, y);
                 }
             }
             mbar_arrive(dfree);
-            if (OP == DGELU) { // the three warps' sums, added in a fixed order
+            if (OP == FP8_DGELU) { // the three warps' sums, added in a fixed order
                 float *sn = sums + (n & 1) * GB_EPI * GB_BN;
 #pragma unroll
-                for (int j = 0; j < 8; j++) sn[e * GB_BN + c0 + j] = cs[j];
+                for (int j = 0; j < FP8_VEC; j++) sn[e * GB_BN + c0 + j] = cs[j];
                 named_sync<32 * GB_EPI>(1);
                 for (int c = tid - 32; c < GB_BN; c += 32 * GB_EPI)
                     colpart[(int64_t)(m0 / GB_BM) * N + n0 + c] = sn[c] + sn[GB_BN + c] + sn[2 * GB_BN + c];
@@ -172,12 +164,13 @@ gemm_gelu_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__
         asm volatile("" : "+r"(base));
 #pragma unroll
         for (int i = 0; i < 32; i++) {
-            float2 bi = OP == GELU && bias ? __bfloat1622float2(*(const __nv_bfloat162 *)(bias + n0 + 8 * i + 2 * t4))
-                                   : make_float2(0.0f, 0.0f);
+            float2 bi = OP == FP8_GELU && bias
+                            ? __bfloat1622float2(*(const __nv_bfloat162 *)(bias + n0 + 8 * i + 2 * t4))
+                            : make_float2(0.0f, 0.0f);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 float x0 = d[4 * i + 2 * h], x1 = d[4 * i + 2 * h + 1];
-                if (OP == GELU && bias) x0 += bi.x, x1 += bi.y;
+                if (OP == FP8_GELU && bias) x0 += bi.x, x1 += bi.y;
                 *(uint32_t *)(db + (i >> 3) * GB_BOX + base + ((((i & 7) ^ g)) << 4) + h * 1024) = pack2(x0, x1);
             }
         }
@@ -236,13 +229,12 @@ int main(int argc, char **argv) {
     printf("M %d N %d K %d, %d SMs, %d stages, %d bytes of shared memory\n", M, N, K, sms, GB_STAGES, GB_SMEM);
     printf("%-34s %11s %8s %11s %8s %8s %9s\n", "product", "cuBLASLt", "TFLOP/s", "ours", "TFLOP/s", "ours/lt",
            "rel err");
-    // cuBLASLt's best candidate with epilogue ep (x its aux input: DGELU's pre) against ours (run),
-    // both timed; D and GELU's pre compared; returns our D on the host
-    auto compare = [&](const char *name, int bt, cublasLtEpilogue_t ep, const void *x,
+    // cuBLASLt's best candidate with epilogue ep (its bias, and aux: GELU's pre out, DGELU's pre in)
+    // against ours (run), both timed; D and GELU's pre compared; returns our D on the host
+    auto compare = [&](const char *name, int bt, cublasLtEpilogue_t ep, const void *lt_bias, const void *aux,
                        const std::function<void()> &run) {
         lt_gemm g;
-        lt_init(g, M, N, K, bt, ep, ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? bias : NULL,
-                ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? aux_lt : x);
+        lt_init(g, M, N, K, bt, ep, lt_bias, aux);
         float tl = lt_best(g, W, A, d_lt);
         lt_run(g, g.best, W, A, d_lt);
         run();
@@ -255,14 +247,14 @@ int main(int argc, char **argv) {
                tu / tl, err);
         return us;
     };
-    compare("plain, B (N,K)", 0, CUBLASLT_EPILOGUE_DEFAULT, NULL,
-            [&] { run_ours<PLAIN, 0>(sms, A, W, M, N, K, NULL, NULL, d_us, NULL, NULL); });
-    compare("plain, B (K,N)", 1, CUBLASLT_EPILOGUE_DEFAULT, NULL,
-            [&] { run_ours<PLAIN, 1>(sms, A, W, M, N, K, NULL, NULL, d_us, NULL, NULL); });
-    compare("GELU (gelu and pre), B (N,K)", 0, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, NULL,
-            [&] { run_ours<GELU, 0>(sms, A, W, M, N, K, bias, NULL, d_us, aux_us, NULL); });
-    std::vector<float> us = compare("DGELU (+ column sums), B (K,N)", 1, CUBLASLT_EPILOGUE_DGELU, pre,
-            [&] { run_ours<DGELU, 1>(sms, A, W, M, N, K, NULL, pre, d_us, NULL, colpart); });
+    compare("plain, B (N,K)", 0, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+            [&] { run_ours<FP8_AS_IS, 0>(sms, A, W, M, N, K, NULL, NULL, d_us, NULL, NULL); });
+    compare("plain, B (K,N)", 1, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL,
+            [&] { run_ours<FP8_AS_IS, 1>(sms, A, W, M, N, K, NULL, NULL, d_us, NULL, NULL); });
+    compare("GELU (gelu and pre), B (N,K)", 0, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, aux_lt,
+            [&] { run_ours<FP8_GELU, 0>(sms, A, W, M, N, K, bias, NULL, d_us, aux_us, NULL); });
+    std::vector<float> us = compare("DGELU (+ column sums), B (K,N)", 1, CUBLASLT_EPILOGUE_DGELU, NULL, pre,
+            [&] { run_ours<FP8_DGELU, 1>(sms, A, W, M, N, K, NULL, pre, d_us, NULL, colpart); });
     std::vector<float> cp((size_t)(M / GB_BM) * N);
     CUDA_CHECK(cudaMemcpy(cp.data(), colpart, cp.size() * 4, cudaMemcpyDeviceToHost));
     double serr = 0, smax = 0; // each 128 rows' column sums of our D, in double, against the kernel's
