@@ -172,7 +172,7 @@ ce_gemm_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ C
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                wgmma256_rs(d, a[kk], wg_desc(st + CG_A_BYTES + kk * 16 * 128, CG_BK * 128), !first || kk > 0);
+                wgmma_bf16<256>::rs(d, a[kk], wg_desc(st + CG_A_BYTES + kk * 16 * 128, CG_BK * 128), !first || kk > 0);
             wg_commit();
         };
         int n = kb1 - kb0;
@@ -300,8 +300,8 @@ ce_gemm_tw_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant_
             wg_fence();
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                wgmma256_ss<1>(d, wg_desc(a + 32 * kk, 0), wg_desc(st + CG_A_BYTES + kk * 16 * 128, CG_BK * 128),
-                            kb > c.kb0 || kk > 0);
+                wgmma_bf16<256>::ss<1>(d, wg_desc(a + 32 * kk, 0),
+                                       wg_desc(st + CG_A_BYTES + kk * 16 * 128, CG_BK * 128), kb > c.kb0 || kk > 0);
             wg_commit();
             wg_wait<1>();
             wg_hold(d);

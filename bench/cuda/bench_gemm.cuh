@@ -1,5 +1,5 @@
-// What the product probes (bench_ce_gemm.cu, bench_gemm_gelu.cu) share: wgmma m64n256k16, random
-// bf16 operands, cuBLASLt's product with its candidates timed, a timer and a comparison.
+// What the product probes (bench_ce_gemm.cu, bench_gemm_gelu.cu) share: random bf16 operands,
+// cuBLASLt's product with its candidates timed, a timer and a comparison.
 #pragma once
 #include "backend/cuda/hopper.cuh"
 
@@ -9,38 +9,6 @@
 void cuda_check_failed(const char *what, const char *error, const char *call, const char *file, int line) {
     fprintf(stderr, "%s:%d: %s error %s in %s\n", file, line, what, error, call);
     exit(1);
-}
-
-// ---- wgmma m64n256k16 (bf16, fp32 accumulators: 128 a thread, the layout of hopper.cuh's) ----
-#define WG256_ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WG256_ACC32(i) WG256_ACC8(i), WG256_ACC8(i + 8), WG256_ACC8(i + 16), WG256_ACC8(i + 24)
-#define WG256_ACC128 WG256_ACC32(0), WG256_ACC32(32), WG256_ACC32(64), WG256_ACC32(96)
-#define WG256_REGS128 \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
-    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
-    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
-    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-// d (64 x 256) {+}= A B: A (64 x 16) a register fragment, B (16 x 256) N-major in shared memory
-__device__ __forceinline__ void wgmma256_rs(float (&d)[128], const uint32_t a[4], uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG256_REGS128 "}, "
-                 "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-                 : WG256_ACC128
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}
-// d (64 x 256) {+}= A B^T: A (64 x 16) and B (256 x 16) K-major in shared memory; with TB = 1,
-// d {+}= A B with B (16 x 256) N-major
-template <int TB> __device__ __forceinline__ void wgmma256_ss(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG256_REGS128 "}, "
-                 "%128, %129, p, 1, 1, 0, %131;\n}\n"
-                 : WG256_ACC128
-                 : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
 }
 
 // ---- host ----

@@ -145,10 +145,11 @@ gemm_gelu_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 uint64_t a = wg_desc(st + wg * 64 * 128 + 32 * kk, 0);
+                int acc = kb > 0 || kk > 0;
                 if (BT)
-                    wgmma256_ss<1>(d, a, wg_desc(st + GB_A_BYTES + kk * 16 * 128, GB_BK * 128), kb > 0 || kk > 0);
+                    wgmma_bf16<256>::ss<1>(d, a, wg_desc(st + GB_A_BYTES + kk * 16 * 128, GB_BK * 128), acc);
                 else
-                    wgmma256_ss<0>(d, a, wg_desc(st + GB_A_BYTES + 32 * kk, 0), kb > 0 || kk > 0);
+                    wgmma_bf16<256>::ss<0>(d, a, wg_desc(st + GB_A_BYTES + 32 * kk, 0), acc);
             }
             wg_commit();
             wg_wait<1>();

@@ -106,6 +106,30 @@ template <> struct wgmma_bf16<128> {
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
     }
 };
+#define WG_REGS128 WG_REGS64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, " \
+    "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, " \
+    "%119, %120, %121, %122, %123, %124, %125, %126, %127"
+template <> struct wgmma_bf16<256> {
+    // d (64 x 256) {+}= A B^T: A (64 x 16) and B (256 x 16) K-major in shared memory (descriptors);
+    // with TB = 1, d {+}= A B with B (16 x 256) N-major
+    template <int TB = 0>
+    static __device__ __forceinline__ void ss(float (&d)[128], uint64_t a, uint64_t b, int accumulate) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_REGS128 "}, %128, %129, p, 1, 1, 0, "
+                     "%131;\n}\n"
+                     : WG_ACC32(0), WG_ACC32(32), WG_ACC32(64), WG_ACC32(96)
+                     : "l"(a), "l"(b), "r"(accumulate), "n"(TB));
+    }
+    // d (64 x 256) {+}= A B: A (64 x 16) as a register fragment, B (16 x 256) N-major in shared memory
+    static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t a[4], uint64_t b, int accumulate) {
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_REGS128 "}, "
+                     "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+                     : WG_ACC32(0), WG_ACC32(32), WG_ACC32(64), WG_ACC32(96)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    }
+};
 // d (64 x 128) {+}= A B^T: A (64 x 32) E5M2 (A_E5M2) or E4M3 and B (128 x 32) E4M3, K-major in
 // shared memory (descriptors)
 #define WG_FP8_128(A) "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
@@ -122,6 +146,7 @@ __device__ __forceinline__ void wgmma_fp8_128(float (&d)[64], uint64_t a, uint64
 #undef WG_ACC32
 #undef WG_REGS32
 #undef WG_REGS64
+#undef WG_REGS128
 
 // ---- transaction barriers (mbarrier) and bulk tensor copies ----
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
