@@ -11,6 +11,7 @@
 #include "cli/train_options.h"
 #include "ckpt/folder.h"
 #include "core/fault.h"
+#include "core/heartbeat.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -193,6 +194,7 @@ static loom_status redraw(run *r, int64_t step) {
 // The validation loss, logged, and the plot redrawn; write failures agreed across ranks.
 static loom_status validate(run *r, int64_t step, bool *report) {
     if (!r->val) return LOOM_OK;
+    loom_heartbeat_phase("validate", step);
     double loss, t0 = loom_now();
     LOOM_TRY(loom_train_eval(r->t, loader_batch, r->val, r->o.val_batches, &loss));
     cli_eta_validation(&r->eta, loom_now() - t0);
@@ -210,6 +212,7 @@ static int sample_token(int32_t token, void *ctx) {
 static loom_status sample(run *r, int64_t step) {
     loom_trainer *t = r->t;
     if (t->dp_rank != 0) return LOOM_OK;
+    loom_heartbeat_phase("sample", step);
     int n = r->o.sample_tokens;
     int32_t *tokens = loom_xmalloc((size_t)(n + 1) * sizeof(int32_t));
     tokens[0] = LOOM_EOT;
@@ -309,7 +312,9 @@ static loom_status train_loop(run *r, bool *report) {
         if (o->sample_every && step > 0 && step % o->sample_every == 0) LOOM_TRY(sample(r, step));
         double t0 = loom_now();
         loom_step_result s;
+        loom_heartbeat_phase("step", step + 1); // loom launch's watchdog: where each rank is
         LOOM_TRY(step_once(r, &s));
+        loom_heartbeat_phase("stepped", t->st.step);
         double dt = loom_now() - t0;
         if (t->pipe && t->st.step > first + 1) { // the first step warms up
             const loom_pp_stats *ps = loom_pp_last_stats(t->pipe);
@@ -338,8 +343,10 @@ static loom_status train_loop(run *r, bool *report) {
         if (io == LOOM_OK) io = loom_comm_launcher_check(); // orphaned by a killed mpirun: stop
         LOOM_TRY(loom_comm_agree(r->world, io, report));
         loom_fault_point("step");
-        if (o->ckpt_dir && o->ckpt_every && t->st.step % o->ckpt_every == 0 && t->st.step < o->steps)
+        if (o->ckpt_dir && o->ckpt_every && t->st.step % o->ckpt_every == 0 && t->st.step < o->steps) {
+            loom_heartbeat_phase("save", t->st.step);
             LOOM_TRY(loom_trainer_save(t, o->ckpt_dir, report));
+        }
     }
     LOOM_TRY(validate(r, t->st.step, report));
     if (!r->val) LOOM_TRY(loom_comm_agree(r->world, redraw(r, t->st.step), report));
@@ -349,7 +356,9 @@ static loom_status train_loop(run *r, bool *report) {
                   (long long)r->skipped, (long long)(t->st.step - first));
     print_peak(r);
     print_pipeline(r);
-    return o->ckpt_dir ? loom_trainer_save(t, o->ckpt_dir, report) : LOOM_OK;
+    if (!o->ckpt_dir) return LOOM_OK;
+    loom_heartbeat_phase("save", t->st.step);
+    return loom_trainer_save(t, o->ckpt_dir, report);
 }
 
 int loom_cmd_train(int argc, char **argv) {

@@ -17,6 +17,7 @@ static const command COMMANDS[] = {
     {"encode", loom_cmd_encode, "print the GPT-2 token ids of a text"},
     {"decode", loom_cmd_decode, "print the text of GPT-2 token ids"},
     {"train", loom_cmd_train, "train a GPT-2 model on token shards"},
+    {"launch", loom_cmd_launch, "run a training job, restart it from its checkpoint when it fails or hangs"},
     {"eval", loom_cmd_eval, "validation loss of a model file"},
     {"sample", loom_cmd_sample, "generate text from a model file"},
     {"bench", loom_cmd_bench, "time training steps of a named config"},

@@ -3,6 +3,7 @@
 #include "comm/comm_internal.h"
 
 #include "core/bf16.h"
+#include "core/heartbeat.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +28,12 @@ loom_status loom_comm_world(int *argc, char ***argv, loom_comm **world) {
     *world = NULL;
     if (!launched_by_mpi()) {
         *world = comm_self_world();
-        return LOOM_OK;
+    } else {
+        if (has_launcher()) launcher_pid = getppid();
+        LOOM_TRY(comm_mpi_world(argc, argv, world));
     }
-    if (has_launcher()) launcher_pid = getppid();
-    return comm_mpi_world(argc, argv, world);
+    loom_heartbeat_open((*world)->rank); // loom launch's watchdog, when it set LOOM_HEARTBEAT_DIR
+    return LOOM_OK;
 }
 
 loom_status loom_comm_launcher_check(void) {
@@ -74,9 +77,11 @@ void loom_comm_free(loom_comm *c) {
     if (c) c->ops->free(c);
 }
 
-// Runs one operation: a request record for it, then either handed to the caller or waited on.
-#define RUN(c, reqp, call)                                                   \
+// Runs one operation (its name counted by the heartbeat): a request record for it, then either
+// handed to the caller or waited on.
+#define RUN(c, reqp, name, call)                                             \
     do {                                                                     \
+        loom_heartbeat_collective(name);                                     \
         loom_comm_req *r_ = loom_xcalloc(1, sizeof *r_);                     \
         r_->comm = (c);                                                      \
         loom_status s_ = (call);                                             \
@@ -94,29 +99,29 @@ void loom_comm_free(loom_comm *c) {
 
 loom_status loom_allreduce(loom_comm *c, void *buf, size_t count, loom_dtype dt, loom_red_op op,
                            loom_comm_req **req) {
-    RUN(c, req, c->ops->allreduce(c, buf, count, dt, op, r_));
+    RUN(c, req, "allreduce", c->ops->allreduce(c, buf, count, dt, op, r_));
 }
 
 loom_status loom_reduce_scatter(loom_comm *c, const void *send, void *recv, size_t count,
                                 loom_dtype dt, loom_red_op op, loom_comm_req **req) {
-    RUN(c, req, c->ops->reduce_scatter(c, send, recv, count, dt, op, r_));
+    RUN(c, req, "reduce_scatter", c->ops->reduce_scatter(c, send, recv, count, dt, op, r_));
 }
 
 loom_status loom_allgather(loom_comm *c, const void *send, void *recv, size_t count, loom_dtype dt,
                            loom_comm_req **req) {
-    RUN(c, req, c->ops->allgather(c, send, recv, count, dt, r_));
+    RUN(c, req, "allgather", c->ops->allgather(c, send, recv, count, dt, r_));
 }
 
 loom_status loom_broadcast(loom_comm *c, void *buf, size_t count, loom_dtype dt, int root,
                            loom_comm_req **req) {
     if (root < 0 || root >= c->size)
         return loom_fail(LOOM_EINVAL, NULL, "broadcast root %d is outside the group of %d", root, c->size);
-    RUN(c, req, c->ops->broadcast(c, buf, count, dt, root, r_));
+    RUN(c, req, "broadcast", c->ops->broadcast(c, buf, count, dt, root, r_));
 }
 
 loom_status loom_alltoall(loom_comm *c, const void *send, void *recv, size_t count, loom_dtype dt,
                           loom_comm_req **req) {
-    RUN(c, req, c->ops->alltoall(c, send, recv, count, dt, r_));
+    RUN(c, req, "alltoall", c->ops->alltoall(c, send, recv, count, dt, r_));
 }
 
 static loom_status check_peer(const loom_comm *c, int peer) {
@@ -127,16 +132,19 @@ static loom_status check_peer(const loom_comm *c, int peer) {
 loom_status loom_send(loom_comm *c, const void *buf, size_t count, loom_dtype dt, int peer, int tag,
                       loom_comm_req **req) {
     LOOM_TRY(check_peer(c, peer));
-    RUN(c, req, c->ops->sendrecv(c, (void *)buf, count, dt, peer, tag, true, r_));
+    RUN(c, req, "send", c->ops->sendrecv(c, (void *)buf, count, dt, peer, tag, true, r_));
 }
 
 loom_status loom_recv(loom_comm *c, void *buf, size_t count, loom_dtype dt, int peer, int tag,
                       loom_comm_req **req) {
     LOOM_TRY(check_peer(c, peer));
-    RUN(c, req, c->ops->sendrecv(c, buf, count, dt, peer, tag, false, r_));
+    RUN(c, req, "recv", c->ops->sendrecv(c, buf, count, dt, peer, tag, false, r_));
 }
 
-loom_status loom_barrier(loom_comm *c) { return c->ops->barrier(c); }
+loom_status loom_barrier(loom_comm *c) {
+    loom_heartbeat_collective("barrier");
+    return c->ops->barrier(c);
+}
 
 loom_status loom_comm_wait(loom_comm_req *req) {
     loom_status s = req->comm->ops->wait(req);

@@ -12,6 +12,8 @@ void loom_fault_point(const char *point) {
     if (!spec || strncmp(spec, point, len) != 0 || spec[len] != ':') return;
     char *end;
     if (++hits != strtol(spec + len + 1, &end, 10)) return;
+    if (strcmp(end, ":hang") == 0)
+        for (;;) pause(); // until a signal ends it, as a rank stuck in a driver or a collective
     if (strcmp(end, ":parent") != 0) raise(SIGKILL);
     pid_t parent = getppid();
     if (parent <= 1 || kill(parent, SIGKILL) != 0) return;

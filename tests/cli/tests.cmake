@@ -19,3 +19,10 @@ foreach(case version_help wording metrics_resume plot tensorboard install docs_c
 endforeach()
 loom_test(cli_eta SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_eta.c)
 loom_test(cli_recompute SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_recompute.c)
+# loom launch: restarts after a crash and a hang (2 ranks, bit-exact against an uninterrupted
+# run), a stopped launcher, bad input
+foreach(case crash hang stop bad_input)
+  add_test(NAME launch_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/launch_tests.sh ${case} $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()
