@@ -53,7 +53,7 @@ void loom_heartbeat_phase(const char *phase, int64_t step) {
 void loom_heartbeat_collective(const char *op) {
     if (!hb) return;
     copy_name(hb->op, op);
-    __atomic_store_n(&hb->collectives, hb->collectives + 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&hb->collectives, 1, __ATOMIC_RELAXED);
     double now = loom_now();
     __atomic_store(&hb->updated, &now, __ATOMIC_RELEASE);
 }

@@ -66,11 +66,13 @@ static loom_status job_start(job *j, char **argv) {
     int fds[2]; // the child's exec errno, when exec fails (the pipe closes on a successful exec)
     if (pipe2(fds, O_CLOEXEC) != 0) return loom_fail(LOOM_EIO, NULL, "cannot make a pipe: %s", strerror(errno));
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t launcher = getpid(), pid = fork();
     if (pid < 0) return loom_fail(LOOM_EIO, NULL, "cannot fork: %s", strerror(errno));
     if (pid == 0) {
         close(fds[0]);
         setsid();
+        prctl(PR_SET_PDEATHSIG, SIGTERM); // a launcher killed (even by SIGKILL) stops the job
+        if (getppid() != launcher) _exit(127);
         execvp(argv[0], argv);
         int e = errno;
         if (write(fds[1], &e, sizeof e) < 0) _exit(126);
@@ -202,7 +204,7 @@ static bool job_watch(job *j, const loom_launch_options *o, const char *dir, int
     return false;
 }
 
-// How an attempt ended, into out: "hung", "exit status N" or "killed by signal N (NAME)".
+// How an attempt ended, into out: "hung for S s", "exit status N" or "killed by signal N (NAME)".
 static void describe_end(char *out, size_t cap, const job *j, bool hung, const loom_launch_options *o) {
     if (hung)
         snprintf(out, cap, "hung for %g s", o->hang_timeout);

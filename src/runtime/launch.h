@@ -10,7 +10,8 @@
 // launcher prints where every rank stopped, naming the ranks behind the others, and stops it.
 // Stopping a job: SIGTERM to the command (mpirun stops its ranks), SIGKILL to every process of
 // the job's session after `grace` seconds, then the launcher waits until they are all gone (it is
-// their subreaper), so the next attempt finds the checkpoint folder's lock free.
+// their subreaper), so the next attempt finds the checkpoint folder's lock free. A launcher that
+// dies, even by SIGKILL, has the command sent SIGTERM (PR_SET_PDEATHSIG).
 #pragma once
 #include "core/status.h"
 

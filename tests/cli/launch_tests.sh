@@ -75,7 +75,17 @@ stop)
   grep -q "restarting" err.txt && fail "restarted after SIGTERM"
   none_left run
   mpi "$LOOM" $(job --steps 1 --ckpt-dir "$WORK/run") >again.txt 2>&1 || fail "folder still locked: $(tail -2 again.txt)"
-  echo "ok: SIGTERM stopped the job, nothing left running, the folder free"
+  # a launcher killed by SIGKILL: its command gets SIGTERM (the parent-death signal) and mpirun
+  # stops the ranks
+  "$LOOM" launch -- mpirun -np 2 --oversubscribe "$LOOM" $(job --steps 1000000 --ckpt-dir "$WORK/run9") \
+    >out9.txt 2>err9.txt &
+  launcher=$!
+  for i in $(seq 200); do [ -f run9/ckpt_00000002.json ] && break; sleep 0.1; done
+  [ -f run9/ckpt_00000002.json ] || fail "no checkpoint within 20 s: $(tail -3 err9.txt)"
+  kill -KILL $launcher
+  for i in $(seq 100); do pgrep -f -- "--ckpt-dir $WORK/run9" >/dev/null || break; sleep 0.2; done
+  none_left run9
+  echo "ok: SIGTERM stopped the job, nothing left running, the folder free; SIGKILL to the launcher stopped it too"
   ;;
 
 bad_input)
