@@ -87,22 +87,19 @@ static int64_t bucket_end(const loom_dp *dp, int64_t start, int64_t E) {
 }
 
 // Checks the arguments and lays out the buckets, the shard and the buffer sizes of data
-// parallelism over W ranks (this rank R) without allocating. Errors: as loom_dp_create's.
+// parallelism over W ranks (this rank R) without allocating: buckets of E elements (ZeRO 0-2; a
+// multiple of W). Errors: as loom_dp_create's.
 static loom_status lay_out(loom_dp **out, int W, int R, bool replicas, size_t es, const loom_param_table *table,
-                           int zero, double bucket_mb) {
+                           int zero, int64_t E) {
     *out = NULL;
-    int64_t num_elements = table->num_elements;
+    int64_t num_elements = table->num_elements, most = 0;
     if (zero < 0 || zero > 3) return loom_fail(LOOM_EINVAL, "use --zero 0, 1, 2 or 3", "unknown ZeRO stage %d", zero);
-    if (!(bucket_mb > 0))
-        return loom_fail(LOOM_EINVAL, "e.g. --bucket-mb 25", "--bucket-mb must be > 0, got %g", bucket_mb);
     if (num_elements < W)
         return loom_fail(LOOM_EINVAL, "use fewer ranks or a larger model",
                          "%d ranks exceed the model's %lld parameters", W, (long long)num_elements);
     loom_dp *dp = loom_xcalloc(1, sizeof *dp);
     *dp = (loom_dp){.zero = zero, .W = W, .R = R, .es = es, .num_elements = num_elements, .table = table,
                     .reduces = W > 1 || replicas || zero == 3};
-    int64_t E = (int64_t)(bucket_mb * 1024 * 1024 / (double)dp->es) / W * W, most = 0;
-    if (E < W) E = W;
     for (int64_t start = 0; start < num_elements; dp->nbuckets++) {
         dp->buckets = realloc(dp->buckets, (size_t)(dp->nbuckets + 1) * sizeof(bucket));
         LOOM_CHECK(dp->buckets);
@@ -129,6 +126,16 @@ static loom_status lay_out(loom_dp **out, int W, int R, bool replicas, size_t es
     return LOOM_OK;
 }
 
+// The bucket length of `bucket_mb` MiB of es-byte elements over W ranks: a multiple of W, at
+// least W. Errors: LOOM_EINVAL for a size <= 0.
+static loom_status bucket_elements(double bucket_mb, size_t es, int W, int64_t *E) {
+    if (!(bucket_mb > 0))
+        return loom_fail(LOOM_EINVAL, "e.g. --bucket-mb 25", "--bucket-mb must be > 0, got %g", bucket_mb);
+    *E = (int64_t)(bucket_mb * 1024 * 1024 / (double)es) / W * W;
+    if (*E < W) *E = W;
+    return LOOM_OK;
+}
+
 loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom_comm *replicas, loom_backend *be,
                            const loom_param_table *table, int zero, double bucket_mb) {
     *out = NULL;
@@ -138,8 +145,10 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
                          "hybrid sharding over %d replicas shards within each, which ZeRO 0 does not",
                          loom_comm_size(replicas));
     loom_dp *dp;
-    LOOM_TRY(lay_out(&dp, loom_comm_size(comm), loom_comm_rank(comm), replicas != NULL, loom_dtype_size(be->dtype),
-                     table, zero, bucket_mb));
+    int64_t E = 0;
+    size_t es = loom_dtype_size(be->dtype);
+    LOOM_TRY(bucket_elements(bucket_mb, es, loom_comm_size(comm), &E));
+    LOOM_TRY(lay_out(&dp, loom_comm_size(comm), loom_comm_rank(comm), replicas != NULL, es, table, zero, E));
     dp->comm = comm, dp->host = host, dp->replicas = replicas, dp->be = be;
     if (dp->reduces) {
         dp->shard = be->alloc(be, (size_t)dp->shard_n * dp->es);
@@ -160,11 +169,24 @@ loom_status loom_dp_create(loom_dp **out, loom_comm *comm, loom_comm *host, loom
 loom_status loom_dp_plan(const loom_param_table *table, int W, bool replicas, loom_dtype dtype, int zero,
                          double bucket_mb, size_t *buffers, int64_t *state_elements) {
     loom_dp *dp;
-    LOOM_TRY(lay_out(&dp, W, 0, replicas, loom_dtype_size(dtype), table, zero, bucket_mb));
+    int64_t E = 0;
+    LOOM_TRY(bucket_elements(bucket_mb, loom_dtype_size(dtype), W, &E));
+    LOOM_TRY(lay_out(&dp, W, 0, replicas, loom_dtype_size(dtype), table, zero, E));
     *buffers = loom_dp_memory_bytes(dp);
     *state_elements = loom_dp_state_elements(dp);
     free(dp->buckets);
     free(dp->slices);
+    free(dp);
+    return LOOM_OK;
+}
+
+loom_status loom_dp_layout(const loom_param_table *table, int W, int R, int zero, int64_t bucket_len,
+                           loom_param_slice **slices, int *nslices, int64_t *state_elements) {
+    loom_dp *dp;
+    LOOM_TRY(lay_out(&dp, W, R, false, sizeof(float), table, zero, bucket_len));
+    *slices = dp->slices, *nslices = dp->nslices;
+    *state_elements = loom_dp_state_elements(dp);
+    free(dp->buckets);
     free(dp);
     return LOOM_OK;
 }

@@ -16,26 +16,26 @@
         if (agree_s_ != LOOM_OK) return agree_s_;             \
     } while (0)
 
-// The checkpoint's layout must be this run's. Errors: LOOM_EINVAL naming both.
+// The checkpoint's model-parallel layout (tp, pp, cp, sp), sequence length, micro-batch and global
+// batch must be this run's; its data-parallel degrees may differ (ranks, ZeRO stage, replicas,
+// buckets: load_state reshards its optimizer state). Errors: LOOM_EINVAL naming both.
 static loom_status check_layout(const loom_trainer *t, int64_t step) {
     const loom_train_state *st = &t->st;
     const loom_train_config *c = &t->cfg;
-    if (st->world_size != t->mesh->world_size || st->zero != c->zero)
-        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's rank count and --zero",
-                         "checkpoint step %lld was trained on %d rank%s with ZeRO %d, not %d rank%s with ZeRO %d",
-                         (long long)step, st->world_size, loom_plural(st->world_size), st->zero,
-                         t->mesh->world_size, loom_plural(t->mesh->world_size), c->zero);
     int dr = c->dp_replicate > 1 ? c->dp_replicate : 1;
-    if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp || st->dp_replicate != dr)
-        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp, --sp and --dp-replicate",
+    if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp)
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp and --sp (the ranks, --zero and "
+                         "--dp-replicate may differ)",
                          "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d dp_replicate %d, not tp %d pp %d "
                          "cp %d sp %d dp_replicate %d", (long long)step, st->tp, st->pp, st->cp, st->sp,
                          st->dp_replicate, c->tp, c->pp, c->cp, (int)c->sp, dr);
-    if (st->micro_batch != c->batch || st->grad_accum != t->grad_accum || (c->seq && c->seq != st->seq_len))
-        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --batch, --seq and --global-batch",
-                         "checkpoint step %lld was trained with B=%d T=%d accumulation %d, not B=%d T=%d "
-                         "accumulation %d", (long long)step, st->micro_batch, st->seq_len, st->grad_accum,
-                         c->batch, c->seq ? c->seq : st->seq_len, t->grad_accum);
+    int64_t global = (int64_t)st->micro_batch * st->grad_accum * (st->world_size / (st->tp * st->pp * st->cp));
+    if (st->micro_batch != c->batch || global != c->global_batch || (c->seq && c->seq != st->seq_len))
+        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --batch, --seq and --global-batch (the ranks and "
+                         "--zero may differ)",
+                         "checkpoint step %lld was trained with B=%d T=%d and a global batch of %lld sequences, not "
+                         "B=%d T=%d and %d", (long long)step, st->micro_batch, st->seq_len, (long long)global,
+                         c->batch, c->seq ? c->seq : st->seq_len, c->global_batch);
     return LOOM_OK;
 }
 
@@ -183,11 +183,6 @@ static loom_status load_state(loom_trainer *t, int64_t step) {
         return loom_fail(LOOM_EINVAL, "resume with a --pp-schedule and --virtual-stages that place the blocks as the checkpoint's",
                          "checkpoint step %lld holds %d stages per rank%s, this run %d%s", (long long)step,
                          st->virtual_stages, st->v_shape ? " in a V" : "", V, v_shape ? " in a V" : "");
-
-    if (loom_dp_bucket_elements(t->dp) != st->bucket_elements)
-        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --bucket-mb",
-                         "checkpoint step %lld used buckets of %lld elements, this run %lld", (long long)step,
-                         (long long)st->bucket_elements, (long long)loom_dp_bucket_elements(t->dp));
     int64_t sn = loom_dp_state_elements(t->dp);
     size_t bytes = (size_t)sn * sizeof(float);
     float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
@@ -195,7 +190,9 @@ static loom_status load_state(loom_trainer *t, int64_t step) {
     int file = t->cfg.zero == 0 ? loom_mesh_replica0(t->mesh) : t->mesh->rank;
     float *fp8 = NULL;
     int64_t fp8_n = 0;
-    loom_status s = loom_ckpt_load_state(t->cfg.resume, st, file, m, v, master, &has_master, sn, &fp8, &fp8_n);
+    loom_status s = loom_train_reshards(t) ? loom_train_load_resharded(t, m, v, master, &has_master, &fp8, &fp8_n)
+                                           : loom_ckpt_load_state(t->cfg.resume, st, file, m, v, master, &has_master,
+                                                                  sn, &fp8, &fp8_n);
     if (s == LOOM_OK && fp8_n && t->be->fp8_history) s = t->be->fp8_load(t->be, fp8, (size_t)fp8_n);
     free(fp8);
     if (s == LOOM_OK) {
@@ -217,6 +214,7 @@ static void set_layout(loom_trainer *t) {
     const loom_train_config *c = &t->cfg;
     t->st.world_size = t->mesh->world_size;
     t->st.zero = c->zero;
+    t->st.grad_accum = t->grad_accum; // a resharded checkpoint's may differ
     t->st.state_files = c->zero == 0 ? t->mesh->world_size / t->dp_size : t->mesh->world_size;
     t->st.bucket_elements = loom_dp_bucket_elements(t->dp);
     t->st.tp = c->tp, t->st.pp = c->pp, t->st.cp = c->cp, t->st.sp = c->sp;

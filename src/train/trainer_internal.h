@@ -36,6 +36,20 @@ typedef struct {
 // the one formula of the plan (plan.c) and of the memory held (loom_trainer_memory).
 loom_train_memory loom_train_memory_of(const loom_train_config *c, const loom_train_parts *p);
 
+// ---- a checkpoint of other data-parallel degrees (reshard.c) ----
+// Whether the checkpoint in t->st was saved over other data-parallel degrees than this run's:
+// ranks, ZeRO stage, replicas (HSDP), gradient accumulation, bucket size (the model-parallel
+// layout, micro-batch and global batch being the same: trainer.c checks them first).
+bool loom_train_reshards(const loom_trainer *t);
+// This rank's optimizer state for its loom_dp_slices (m, v and, when master is not NULL, the
+// master weights: loom_dp_state_elements each, zero outside the slices) from the checkpoint's
+// state files of the shard ranks that held this rank's model shard; *has_master when they all
+// had master weights; the FP8 scaling state into *fp8 (malloc'ed, *fp8_n values) as
+// loom_ckpt_load_state gives it. Prints a note on rank 0. Errors: those of loom_ckpt_load_state
+// for any of the files read; those of loom_dp_layout.
+loom_status loom_train_load_resharded(const loom_trainer *t, float *m, float *v, float *master, bool *has_master,
+                                      float **fp8, int64_t *fp8_n);
+
 // ---- the step's parts that step.c and step_graph.c share ----
 // The index in the data order of this rank's first micro-batch of step t->st.step.
 uint64_t loom_train_first_micro_batch(const loom_trainer *t);

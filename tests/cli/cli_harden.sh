@@ -166,7 +166,8 @@ messages)
     fail "no note on the schedule: $(grep -i note out.txt)"
   mpirun -np 2 --oversubscribe "$LOOM" train --init "$FIX/gpt2_tiny.bin" --train-data "$FIX/gpt2_eval_shard.bin" \
     --batch 2 --seq 16 --global-batch 4 --steps 2 --threads 1 --ckpt-dir two >/dev/null 2>&1 || fail "2-rank run"
-  expect_error "checkpoint step 2 was trained on 2 ranks" train --ckpt-dir two --resume --steps 4
+  expect_error "checkpoint step 2 was trained with B=2 T=16 and a global batch of 4 sequences, not B=2 T=16 and 8" \
+    train --ckpt-dir two --resume --steps 4 --global-batch 8
   ;;
 
 *) fail "unknown case" ;;

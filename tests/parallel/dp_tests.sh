@@ -3,8 +3,9 @@
 #   parity:  for 1-4 ranks and ZeRO 0/1/2, a few steps with gradient accumulation match the
 #            one-process run with the same global batch (1e-6 relative); ZeRO 0 and 1 are
 #            bit-identical; without accumulation ZeRO 2 is bit-identical to ZeRO 1 too
-#   resume:  a 2-rank ZeRO-1 run killed and resumed equals the uninterrupted one bit for bit;
-#            --zero's default, as the checkpoints record it: 1 on 2 ranks, 0 on one
+#   resume:  a 2-rank ZeRO-1 run killed and resumed equals the uninterrupted one bit for bit; one
+#            with another global batch is refused; --zero's default, as the checkpoints record it
+#            (a resume with another --zero reshards, naming both): 1 on 2 ranks, 0 on one
 #   errors:  impossible layouts give one error line and every rank exits non-zero, no hang
 #   bench_comm: the bench-comm table's rows and bandwidths; unknown --op and --device-comm
 #            values give one error line
@@ -49,17 +50,20 @@ resume)
   kill_and_resume 2 --batch 1 --global-batch 4 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-every 3
   rtrain 3 --batch 1 --global-batch 6 --steps 6 --zero 1 --bucket-mb 0.01 --ckpt-dir cut --resume >err.txt 2>&1 &&
     fail "resume on 3 ranks accepted"
-  grep -q "trained on 2 ranks with ZeRO 1, not 3 ranks" err.txt || fail "wrong-layout resume message: $(cat err.txt)"
-  echo "ok: 2-rank ZeRO-1 resume is bit-identical; a 3-rank resume is refused"
+  grep -q "trained with B=1 T=16 and a global batch of 4 sequences, not B=1 T=16 and 6" err.txt ||
+    fail "wrong-layout resume message: $(cat err.txt)"
+  echo "ok: 2-rank ZeRO-1 resume is bit-identical; a resume with another global batch is refused"
   # --zero's default: 1 with several data-parallel ranks, 0 with one (the checkpoint records it)
   rtrain 2 --batch 1 --global-batch 2 --steps 1 --ckpt-dir dflt2 >/dev/null 2>&1 || fail "2 ranks, default --zero"
-  rtrain 2 --batch 1 --global-batch 2 --steps 2 --zero 0 --ckpt-dir dflt2 --resume >err.txt 2>&1 &&
-    fail "a default 2-rank checkpoint resumed with --zero 0"
-  grep -q "trained on 2 ranks with ZeRO 1, not 2 ranks with ZeRO 0" err.txt || fail "2 ranks' default: $(cat err.txt)"
+  rtrain 2 --batch 1 --global-batch 2 --steps 2 --zero 0 --ckpt-dir dflt2 --resume >out.txt 2>&1 ||
+    fail "a default 2-rank checkpoint resumed with --zero 0: $(tail -2 out.txt)"
+  grep -q "saved over 2 ranks with ZeRO 1 (2 data-parallel); its optimizer state is resharded onto 2 ranks with ZeRO 0" \
+    out.txt || fail "2 ranks' default: $(grep note out.txt)"
   train --batch 1 --steps 1 --ckpt-dir dflt1 >/dev/null 2>&1 || fail "1 rank, default --zero"
-  train --batch 1 --steps 2 --zero 1 --ckpt-dir dflt1 --resume >err.txt 2>&1 &&
-    fail "a default 1-rank checkpoint resumed with --zero 1"
-  grep -q "trained on 1 rank with ZeRO 0, not 1 rank with ZeRO 1" err.txt || fail "1 rank's default: $(cat err.txt)"
+  train --batch 1 --steps 2 --zero 1 --ckpt-dir dflt1 --resume >out.txt 2>&1 ||
+    fail "a default 1-rank checkpoint resumed with --zero 1: $(tail -2 out.txt)"
+  grep -q "saved over 1 rank with ZeRO 0 (1 data-parallel); its optimizer state is resharded onto 1 rank with ZeRO 1" \
+    out.txt || fail "1 rank's default: $(grep note out.txt)"
   echo "ok: --zero defaults to 1 on 2 data-parallel ranks and to 0 on one"
   ;;
 errors)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A checkpoint resumed over other data-parallel degrees (ranks, ZeRO stage, HSDP replicas, bucket
+# size) than it was saved with, under mpirun: reshard_tests.sh CASE LOOM COMPARE FIXTURES
+#   dp:     2 ranks ZeRO 1 -> 1 rank ZeRO 0, and -> 4 ranks ZeRO 2 with other buckets
+#   fsdp:   4 ranks ZeRO 3 HSDP 2 x 2 -> 2 ranks ZeRO 1, and -> 2 ranks ZeRO 3
+#   tp_cp:  tp 2 x dp 2 ZeRO 1 -> tp 2 alone; cp 2 x dp 2 ZeRO 2 -> cp 2 x dp 1 ZeRO 0; pp 2 x dp 2
+#           ZeRO 1 -> pp 2 alone (1F1B over 2, then 4 micro-batches)
+#   errors: another global batch, micro-batch or tp is refused with one line on every rank
+# Each: a run of 8 steps killed after step 5 (its checkpoint 4 complete), resumed in the new
+# layout to step 8: the resharding note, then the losses of steps 5-8 and the final weights
+# within 1e-5 relative of the uninterrupted run in the old layout (as parity tests, DESIGN
+# principle 2: the same global batch is the same mathematics).
+set -uo pipefail
+CASE=$1 LOOM=$2 COMPARE=$3 FIX=$4
+source "$(dirname "$0")/train_lib.sh"
+STEPS=(--batch 2 --global-batch 8 --steps 8 --ckpt-every 4)
+
+# reshard NAME NP FLAGS... -- NP2 FLAGS2...: the old layout's whole run (ref_NAME) and its run cut
+# after step 5 (cut_NAME), then the resume of the cut run on NP2 ranks with FLAGS2
+reshard() {
+  local name=$1 np=$2; shift 2
+  local old=() new=()
+  while [ "$1" != "--" ]; do old+=("$1"); shift; done
+  shift
+  local np2=$1; shift
+  new=("$@")
+  rtrain "$np" "${STEPS[@]}" "${old[@]}" --ckpt-dir "ref_$name" --metrics "ref_$name.jsonl" >"ref_$name.txt" 2>&1 ||
+    fail "$name: whole run: $(tail -3 "ref_$name.txt")"
+  LOOM_FAULT=step:5 rtrain "$np" "${STEPS[@]}" "${old[@]}" --ckpt-dir "cut_$name" --metrics "cut_$name.jsonl" \
+    >/dev/null 2>&1 && fail "$name: the run was not killed"
+  [ -f "cut_$name/ckpt_00000004.json" ] || fail "$name: checkpoint 4 incomplete: $(ls "cut_$name")"
+  rtrain "$np2" "${STEPS[@]}" "${new[@]}" --ckpt-dir "cut_$name" --metrics "cut_$name.jsonl" --resume \
+    >"res_$name.txt" 2>&1 || fail "$name: resume: $(tail -3 "res_$name.txt")"
+  grep -q "note: checkpoint step 4 was saved over $np ranks .* resharded onto $np2 rank" "res_$name.txt" ||
+    fail "$name: no resharding note: $(grep note "res_$name.txt")"
+  local l err
+  l=$(rel_err "$(losses "cut_$name.jsonl" | tail -4)" "$(losses "ref_$name.jsonl" | tail -4)")
+  [ "${l%% *}" -eq 4 ] && awk -v w="${l##* }" 'BEGIN { exit !(w <= 1e-5) }' || fail "$name: losses 5-8 (count, rel err) $l"
+  err=$("$COMPARE" "cut_$name/model_00000008.bin" "ref_$name/model_00000008.bin" 1e-5) || fail "$name: weights: $err"
+  echo "ok: $name: $np -> $np2 ranks: losses 5-8 within ${l##* }, weights $err"
+}
+
+case $CASE in
+dp)
+  reshard dp_to1 2 --zero 1 --bucket-mb 0.01 -- 1 --zero 0
+  reshard dp_to4 2 --zero 1 --bucket-mb 0.01 -- 4 --zero 2 --bucket-mb 0.02
+  ;;
+fsdp)
+  reshard hsdp_to_z1 4 --zero 3 --dp-replicate 2 --bucket-mb 0.01 -- 2 --zero 1 --bucket-mb 0.01
+  reshard hsdp_to_z3 4 --zero 3 --dp-replicate 2 --bucket-mb 0.01 -- 2 --zero 3
+  ;;
+tp_cp)
+  reshard tp 4 --tp 2 --sp --zero 1 --bucket-mb 0.01 -- 2 --tp 2 --sp --zero 1 --bucket-mb 0.01
+  reshard cp 4 --cp 2 --zero 2 --bucket-mb 0.01 -- 2 --cp 2 --zero 0
+  reshard pp 4 --pp 2 --zero 1 --bucket-mb 0.01 -- 2 --pp 2 --zero 0
+  ;;
+errors)
+  rtrain 2 "${STEPS[@]}" --zero 1 --ckpt-dir two >/dev/null 2>&1 || fail "2-rank run"
+  expect_mpi_error 1 "checkpoint step 8 was trained with B=2 T=16 and a global batch of 8 sequences, not B=2 T=16 and 4" \
+    train "${ARGS[@]}" --batch 2 --global-batch 4 --steps 9 --ckpt-dir two --resume
+  expect_mpi_error 2 "checkpoint step 8 was trained with B=2 T=16 and a global batch of 8 sequences, not B=1 T=16 and 8" \
+    train "${ARGS[@]}" --batch 1 --global-batch 8 --steps 9 --ckpt-dir two --resume
+  expect_mpi_error 2 "checkpoint step 8 was trained with tp 1 pp 1 cp 1 sp 0 dp_replicate 1, not tp 2" \
+    train "${ARGS[@]}" --tp 2 --batch 2 --global-batch 8 --steps 9 --ckpt-dir two --resume
+  ;;
+*) fail "unknown case" ;;
+esac
