@@ -5,6 +5,9 @@
 // shard (the same tp, pp, cp coordinates, replica 0), places each file's slices into the whole
 // flat buffers, and takes its own slices from them: the state a run of the new layout would hold
 // had it trained from the start (as torch.distributed.checkpoint reshards a state dict on load).
+// While it loads, a rank holds its model shard's whole state in host memory (m, v and the master
+// weights: 12 bytes a parameter of the shard, beside one old shard's), which the memory plan does
+// not count.
 #include "core/log.h"
 #include "train/trainer_internal.h"
 
@@ -14,7 +17,7 @@
 bool loom_train_reshards(const loom_trainer *t) {
     const loom_train_state *st = &t->st;
     return st->world_size != t->mesh->world_size || st->zero != t->cfg.zero ||
-           st->dp_replicate != t->mesh->size[LOOM_AXIS_DP_REPLICATE] || st->grad_accum != t->grad_accum ||
+           st->dp_replicate != t->mesh->size[LOOM_AXIS_DP_REPLICATE] ||
            st->bucket_elements != loom_dp_bucket_elements(t->dp);
 }
 

@@ -26,8 +26,8 @@ static loom_status check_layout(const loom_trainer *t, int64_t step) {
     if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp)
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp and --sp (the ranks, --zero and "
                          "--dp-replicate may differ)",
-                         "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d dp_replicate %d, not tp %d pp %d "
-                         "cp %d sp %d dp_replicate %d", (long long)step, st->tp, st->pp, st->cp, st->sp,
+                         "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d dp_replicate %d, not tp %d "
+                         "pp %d cp %d sp %d dp_replicate %d", (long long)step, st->tp, st->pp, st->cp, st->sp,
                          st->dp_replicate, c->tp, c->pp, c->cp, (int)c->sp, dr);
     int64_t global = (int64_t)st->micro_batch * st->grad_accum * (st->world_size / (st->tp * st->pp * st->cp));
     if (st->micro_batch != c->batch || global != c->global_batch || (c->seq && c->seq != st->seq_len))

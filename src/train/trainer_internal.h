@@ -38,8 +38,8 @@ loom_train_memory loom_train_memory_of(const loom_train_config *c, const loom_tr
 
 // ---- a checkpoint of other data-parallel degrees (reshard.c) ----
 // Whether the checkpoint in t->st was saved over other data-parallel degrees than this run's:
-// ranks, ZeRO stage, replicas (HSDP), gradient accumulation, bucket size (the model-parallel
-// layout, micro-batch and global batch being the same: trainer.c checks them first).
+// ranks, ZeRO stage, replicas (HSDP), bucket size (the model-parallel layout, micro-batch and
+// global batch being the same: trainer.c checks them first).
 bool loom_train_reshards(const loom_trainer *t);
 // This rank's optimizer state for its loom_dp_slices (m, v and, when master is not NULL, the
 // master weights: loom_dp_state_elements each, zero outside the slices) from the checkpoint's
