@@ -356,7 +356,9 @@ static loom_status train_loop(run *r, bool *report) {
                   (long long)r->skipped, (long long)(t->st.step - first));
     print_peak(r);
     print_pipeline(r);
-    if (!o->ckpt_dir) return LOOM_OK;
+    // a resume with nothing left to train: the checkpoint it resumed from holds this state (and a
+    // rewrite in another data-parallel layout, file by file, could be cut between two layouts)
+    if (!o->ckpt_dir || (o->resume && t->st.step == first)) return LOOM_OK;
     loom_heartbeat_phase("save", t->st.step);
     return loom_trainer_save(t, o->ckpt_dir, report);
 }

@@ -4,7 +4,8 @@
 # 7-12): the master weights held split (each bf16 parameter and 16 more bits, optim/adamw.h),
 # saved as fp32 and cut again on resume; so with --stochastic-rounding (master weights kept whole),
 # in FP8 with delayed scaling (its amax histories in the checkpoint too) and with ZeRO 1 on 2 ranks
-# sharing the GPU (collectives staged over MPI).
+# sharing the GPU (collectives staged over MPI), and that ZeRO 1 checkpoint resumed with ZeRO 0
+# (resharded) as well.
 #   resume_gpu.sh LOOM FIXTURES MPIEXEC. Exit 77 without a CUDA device.
 set -uo pipefail
 LOOM=$(realpath "$1") FIX=$(realpath "$2") MPIEXEC=$3
@@ -43,3 +44,13 @@ check split 1
 check stochastic 1 --stochastic-rounding
 check fp8 1 --precision fp8 --fp8-recipe delayed
 check zero1 2 --device-comm mpi --zero 1
+# the ZeRO 1 checkpoint of step 6 resumed with ZeRO 0 on the same 2 ranks (train/reshard.c: the
+# split master weights assembled from both shards' files): ZeRO 0 and 1 give the same weights, so
+# the run ends as the uninterrupted ZeRO 1 one, bit for bit
+rm -f zero1-cut/model_00000012.bin zero1-cut/ckpt_00000012.json zero1-cut/state_00000012_*.bin
+"$MPIEXEC" -np 2 --oversubscribe "$LOOM" "${A[@]}" --device-comm mpi --zero 0 --ckpt-every 6 --ckpt-dir zero1-cut \
+    --metrics zero1-z0.jsonl --resume >zero1-z0.txt 2>&1 || fail "zero1 -> zero 0: resume: $(tail -2 zero1-z0.txt)"
+grep -q "resharded onto 2 ranks with ZeRO 0" zero1-z0.txt || fail "zero1 -> zero 0: no resharding note"
+cmp zero1-full/model_00000012.bin zero1-cut/model_00000012.bin || fail "zero1 -> zero 0: model differs"
+diff <(losses zero1-full.jsonl) <(losses zero1-z0.jsonl) || fail "zero1 -> zero 0: losses of steps 7-12 differ"
+echo "ok: zero1 -> zero 0: resharded from step 6, model and losses of steps 7-12 bit-identical"

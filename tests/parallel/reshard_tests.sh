@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A checkpoint resumed over other data-parallel degrees (ranks, ZeRO stage, HSDP replicas, bucket
 # size) than it was saved with, under mpirun: reshard_tests.sh CASE LOOM COMPARE FIXTURES
-#   dp:     2 ranks ZeRO 1 -> 1 rank ZeRO 0, and -> 4 ranks ZeRO 2 with other buckets
+#   dp:     2 ranks ZeRO 1 -> 1 rank ZeRO 0, -> 4 ranks ZeRO 2 with other buckets, and -> 2 ranks
+#           ZeRO 0 (there bit for bit: ZeRO 0 and 1 give the same weights)
 #   fsdp:   4 ranks ZeRO 3 HSDP 2 x 2 -> 2 ranks ZeRO 1, and -> 2 ranks ZeRO 3
 #   tp_cp:  tp 2 x dp 2 ZeRO 1 -> tp 2 alone; cp 2 x dp 2 ZeRO 2 -> cp 2 x dp 1 ZeRO 0; pp 2 x dp 2
 #           ZeRO 1 -> pp 2 alone (1F1B over 2, then 4 micro-batches)
@@ -44,6 +45,13 @@ case $CASE in
 dp)
   reshard dp_to1 2 --zero 1 --bucket-mb 0.01 -- 1 --zero 0
   reshard dp_to4 2 --zero 1 --bucket-mb 0.01 -- 4 --zero 2 --bucket-mb 0.02
+  # the same 2 ranks from ZeRO 1 to ZeRO 0, stages that give bit-identical weights
+  # (data_parallel.h): the resharded run is the uninterrupted one bit for bit
+  reshard z1_to_z0 2 --zero 1 --bucket-mb 0.01 -- 2 --zero 0 --bucket-mb 0.01
+  cmp -s cut_z1_to_z0/model_00000008.bin ref_z1_to_z0/model_00000008.bin || fail "z1_to_z0: weights not bit-identical"
+  [ "$(losses cut_z1_to_z0.jsonl | tail -4)" = "$(losses ref_z1_to_z0.jsonl | tail -4)" ] ||
+    fail "z1_to_z0: losses 5-8 not bit-identical"
+  echo "ok: z1_to_z0: weights and losses 5-8 bit-identical"
   ;;
 fsdp)
   reshard hsdp_to_z1 4 --zero 3 --dp-replicate 2 --bucket-mb 0.01 -- 2 --zero 1 --bucket-mb 0.01
