@@ -13,3 +13,4 @@ int loom_cmd_bench_comm(int argc, char **argv); // collective bandwidth (cmd_ben
 int loom_cmd_schedule(int argc, char **argv);   // pipeline schedule timeline (cmd_schedule.c)
 int loom_cmd_plot(int argc, char **argv);       // a metrics file's curves with gnuplot (cmd_plot.c)
 int loom_cmd_launch(int argc, char **argv);     // run a job, restart it on failure (cmd_launch.c)
+int loom_cmd_export(int argc, char **argv);     // a model file as a Hugging Face folder (cmd_export.c)

@@ -20,6 +20,7 @@ static const command COMMANDS[] = {
     {"launch", loom_cmd_launch, "run a training job, restart it from its checkpoint when it fails or hangs"},
     {"eval", loom_cmd_eval, "validation loss of a model file"},
     {"sample", loom_cmd_sample, "generate text from a model file"},
+    {"export", loom_cmd_export, "write a model file as a Hugging Face folder (safetensors, config.json)"},
     {"bench", loom_cmd_bench, "time training steps of a named config"},
     {"bench-comm", loom_cmd_bench_comm, "bandwidth of the collectives over the launched ranks"},
     {"schedule", loom_cmd_schedule, "draw a pipeline schedule: timeline, bubble, memory"},

@@ -26,3 +26,9 @@ foreach(case crash hang stop bad_input)
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/launch_tests.sh ${case} $<TARGET_FILE:loom>
                    ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
+# loom export: a Hugging Face folder whose transformers-style loss is loom's; bad input
+foreach(case forward bad_input)
+  add_test(NAME export_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/export_tests.sh ${case} $<TARGET_FILE:loom>
+                   ${CMAKE_SOURCE_DIR}/tests/fixtures)
+endforeach()
