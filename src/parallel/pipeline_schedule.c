@@ -28,13 +28,17 @@ int loom_pp_stage_rank(const loom_pp_schedule *s, int stage) {
     return stage % s->pp;
 }
 
-void loom_pp_rank_stages(const loom_pp_schedule *s, int rank, int *stages) {
-    if (s->v_shape) {
+void loom_pp_placement(int pp, int V, bool v_shape, int rank, int *stages) {
+    if (v_shape) {
         stages[0] = rank;
-        stages[1] = 2 * s->pp - 1 - rank;
+        stages[1] = 2 * pp - 1 - rank;
         return;
     }
-    for (int c = 0; c < s->V; c++) stages[c] = c * s->pp + rank;
+    for (int c = 0; c < V; c++) stages[c] = c * pp + rank;
+}
+
+void loom_pp_rank_stages(const loom_pp_schedule *s, int rank, int *stages) {
+    loom_pp_placement(s->pp, s->V, s->v_shape, rank, stages);
 }
 
 // ---- a growing action list ----

@@ -107,6 +107,8 @@ void loom_pp_schedule_free(loom_pp_schedule *s);
 int loom_pp_stage_rank(const loom_pp_schedule *s, int stage);
 // The stages rank r holds, ascending (V of them) into stages[V].
 void loom_pp_rank_stages(const loom_pp_schedule *s, int rank, int *stages);
+// The same for any placement: pp ranks with V stages each, V-shaped (v_shape: V is 2) or looped.
+void loom_pp_placement(int pp, int V, bool v_shape, int rank, int *stages);
 
 // Durations for the simulator (any unit): F, the input-gradient half I and the weight-gradient
 // half W; a whole backward B takes I + W. Messages take `comm` (0: instantaneous).

@@ -16,23 +16,16 @@
         if (agree_s_ != LOOM_OK) return agree_s_;             \
     } while (0)
 
-// The checkpoint's model-parallel layout (tp, pp, cp, sp), sequence length, micro-batch and global
-// batch must be this run's; its data-parallel degrees may differ (ranks, ZeRO stage, replicas,
-// buckets: load_state reshards its optimizer state). Errors: LOOM_EINVAL naming both.
+// The checkpoint's sequence length, micro-batch and global batch must be this run's; its layout
+// may differ (ranks, tp, pp, cp, sp, ZeRO stage, replicas, buckets: load_state reshards its
+// optimizer state). Errors: LOOM_EINVAL naming both.
 static loom_status check_layout(const loom_trainer *t, int64_t step) {
     const loom_train_state *st = &t->st;
     const loom_train_config *c = &t->cfg;
-    int dr = c->dp_replicate > 1 ? c->dp_replicate : 1;
-    if (st->tp != c->tp || st->pp != c->pp || st->cp != c->cp || st->sp != (int)c->sp)
-        return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --tp, --pp, --cp and --sp (the ranks, --zero and "
-                         "--dp-replicate may differ)",
-                         "checkpoint step %lld was trained with tp %d pp %d cp %d sp %d dp_replicate %d, not tp %d "
-                         "pp %d cp %d sp %d dp_replicate %d", (long long)step, st->tp, st->pp, st->cp, st->sp,
-                         st->dp_replicate, c->tp, c->pp, c->cp, (int)c->sp, dr);
     int64_t global = (int64_t)st->micro_batch * st->grad_accum * (st->world_size / (st->tp * st->pp * st->cp));
     if (st->micro_batch != c->batch || global != c->global_batch || (c->seq && c->seq != st->seq_len))
         return loom_fail(LOOM_EINVAL, "resume with the checkpoint's --batch, --seq and --global-batch (the ranks and "
-                         "--zero may differ)",
+                         "the layout may differ)",
                          "checkpoint step %lld was trained with B=%d T=%d and a global batch of %lld sequences, not "
                          "B=%d T=%d and %d", (long long)step, st->micro_batch, st->seq_len, (long long)global,
                          c->batch, c->seq ? c->seq : st->seq_len, c->global_batch);
@@ -81,14 +74,17 @@ static loom_status make_schedule(loom_trainer *t, const loom_gpt2_config *cfg) {
     return LOOM_OK;
 }
 
-loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cfg, int pp_rank) {
-    const loom_pp_schedule *s = t->schedule;
-    if (!s) return loom_gpt2_whole(cfg);
-    int stages[LOOM_MAX_CHUNKS], V = s->V, per = cfg->num_layers / s->S;
-    loom_pp_rank_stages(s, pp_rank, stages);
-    loom_stage stage = {.num_chunks = V, .embed = stages[0] == 0, .head = stages[V - 1] == s->S - 1};
+loom_stage loom_train_stage_at(const loom_gpt2_config *cfg, int pp, int V, bool v_shape, int pp_rank) {
+    int stages[LOOM_MAX_CHUNKS], S = pp * V, per = cfg->num_layers / S;
+    loom_pp_placement(pp, V, v_shape, pp_rank, stages);
+    loom_stage stage = {.num_chunks = V, .embed = stages[0] == 0, .head = stages[V - 1] == S - 1};
     for (int i = 0; i < V; i++) stage.chunk[i] = (loom_chunk){stages[i] * per, per};
     return stage;
+}
+
+loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cfg, int pp_rank) {
+    const loom_pp_schedule *s = t->schedule;
+    return s ? loom_train_stage_at(cfg, s->pp, s->V, s->v_shape, pp_rank) : loom_gpt2_whole(cfg);
 }
 
 bool loom_train_splits_backward(const loom_pp_schedule *s, int rank) {
@@ -176,13 +172,8 @@ static void init_master(loom_trainer *t) {
 // Resume: this rank's optimizer state from checkpoint `step` (ZeRO 0: replica 0's of its shard),
 // and under FP8 delayed scaling its amax histories when the checkpoint has them (a run that
 // scales otherwise ignores them).
-static loom_status load_state(loom_trainer *t, int64_t step) {
+static loom_status load_state(loom_trainer *t) {
     const loom_train_state *st = &t->st;
-    int V = t->schedule ? t->schedule->V : 1, v_shape = t->schedule && t->schedule->v_shape;
-    if (st->virtual_stages != V || st->v_shape != v_shape)
-        return loom_fail(LOOM_EINVAL, "resume with a --pp-schedule and --virtual-stages that place the blocks as the checkpoint's",
-                         "checkpoint step %lld holds %d stages per rank%s, this run %d%s", (long long)step,
-                         st->virtual_stages, st->v_shape ? " in a V" : "", V, v_shape ? " in a V" : "");
     int64_t sn = loom_dp_state_elements(t->dp);
     size_t bytes = (size_t)sn * sizeof(float);
     float *m = loom_xmalloc(bytes), *v = loom_xmalloc(bytes), *master = t->opt->master ? loom_xmalloc(bytes) : NULL;
@@ -303,7 +294,7 @@ static loom_status build(loom_trainer *t, bool *report) {
     if (loom_comm_agree(t->world, s, report) == LOOM_OK) s = build_parallel(t, &cfg, file); // every rank measured
     free(file);
     AGREE(s);
-    if (resumed >= 0) AGREE(load_state(t, resumed));
+    if (resumed >= 0) AGREE(load_state(t));
     else init_master(t);
     set_layout(t);
     return LOOM_OK;

@@ -8,6 +8,9 @@ loom_pp_model loom_train_pipeline_model(loom_trainer *t);
 // The stage pipeline rank pp_rank holds: stage s of the schedule's S holds blocks
 // [s L/S, (s+1) L/S); the whole model without a pipeline.
 loom_stage loom_train_stage_of(const loom_trainer *t, const loom_gpt2_config *cfg, int pp_rank);
+// The same for any pipeline: pp ranks of V stages each, V-shaped or looped (pp 1, V 1: the whole
+// model).
+loom_stage loom_train_stage_at(const loom_gpt2_config *cfg, int pp, int V, bool v_shape, int pp_rank);
 // The rows of each sequence this rank holds: T, or its T / cp under context parallelism.
 static inline int loom_train_seq_rows(const loom_trainer *t) { return t->st.seq_len / t->mesh->size[LOOM_AXIS_CP]; }
 // The parameter buffer the optimizer updates and its element count (*n, when n is not NULL):

@@ -50,7 +50,7 @@ check zero1 2 --device-comm mpi --zero 1
 rm -f zero1-cut/model_00000012.bin zero1-cut/ckpt_00000012.json zero1-cut/state_00000012_*.bin
 "$MPIEXEC" -np 2 --oversubscribe "$LOOM" "${A[@]}" --device-comm mpi --zero 0 --ckpt-every 6 --ckpt-dir zero1-cut \
     --metrics zero1-z0.jsonl --resume >zero1-z0.txt 2>&1 || fail "zero1 -> zero 0: resume: $(tail -2 zero1-z0.txt)"
-grep -q "resharded onto 2 ranks with ZeRO 0" zero1-z0.txt || fail "zero1 -> zero 0: no resharding note"
+grep -q "resharded onto 2 ranks (tp 1 pp 1 cp 1, ZeRO 0" zero1-z0.txt || fail "zero1 -> zero 0: no resharding note"
 cmp zero1-full/model_00000012.bin zero1-cut/model_00000012.bin || fail "zero1 -> zero 0: model differs"
 diff <(losses zero1-full.jsonl) <(losses zero1-z0.jsonl) || fail "zero1 -> zero 0: losses of steps 7-12 differ"
 echo "ok: zero1 -> zero 0: resharded from step 6, model and losses of steps 7-12 bit-identical"

@@ -57,12 +57,12 @@ resume)
   rtrain 2 --batch 1 --global-batch 2 --steps 1 --ckpt-dir dflt2 >/dev/null 2>&1 || fail "2 ranks, default --zero"
   rtrain 2 --batch 1 --global-batch 2 --steps 2 --zero 0 --ckpt-dir dflt2 --resume >out.txt 2>&1 ||
     fail "a default 2-rank checkpoint resumed with --zero 0: $(tail -2 out.txt)"
-  grep -q "saved over 2 ranks with ZeRO 1 (2 data-parallel); its optimizer state is resharded onto 2 ranks with ZeRO 0" \
+  grep -q "saved over 2 ranks (tp 1 pp 1 cp 1, ZeRO 1, 2 data-parallel); its optimizer state is resharded onto 2 ranks (tp 1 pp 1 cp 1, ZeRO 0" \
     out.txt || fail "2 ranks' default: $(grep note out.txt)"
   train --batch 1 --steps 1 --ckpt-dir dflt1 >/dev/null 2>&1 || fail "1 rank, default --zero"
   train --batch 1 --steps 2 --zero 1 --ckpt-dir dflt1 --resume >out.txt 2>&1 ||
     fail "a default 1-rank checkpoint resumed with --zero 1: $(tail -2 out.txt)"
-  grep -q "saved over 1 rank with ZeRO 0 (1 data-parallel); its optimizer state is resharded onto 1 rank with ZeRO 1" \
+  grep -q "saved over 1 rank (tp 1 pp 1 cp 1, ZeRO 0, 1 data-parallel); its optimizer state is resharded onto 1 rank (tp 1 pp 1 cp 1, ZeRO 1" \
     out.txt || fail "1 rank's default: $(grep note out.txt)"
   echo "ok: --zero defaults to 1 on 2 data-parallel ranks and to 0 on one"
   ;;

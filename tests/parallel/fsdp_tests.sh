@@ -13,9 +13,8 @@
 #            same global batch, and the final weights (the model file gathered unit by unit)
 #            within 1e-5 relative
 #   resume:  a ZeRO 3 HSDP run on 4 ranks killed and resumed equals the uninterrupted one bit for
-#            bit; resuming with another tensor-parallel degree is refused with one line (other
-#            replicas reshard: reshard_tests.sh); the same for a ZeRO 3 run with the optimizer
-#            offloaded
+#            bit; resuming with another global batch is refused with one line (other layouts
+#            reshard: reshard_tests.sh); the same for a ZeRO 3 run with the optimizer offloaded
 #   errors:  layouts that cannot work give one error line and every rank exits non-zero, no hang;
 #            so does a run whose memory plan does not fit, before it allocates, naming what would fit
 set -uo pipefail
@@ -60,9 +59,9 @@ resume)
   common=(--zero 3 --dp-replicate 2 --batch 2 --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-every 3)
   kill_and_resume 4 "${common[@]}"
   grep -q '"dp_replicate":\s*2' cut/ckpt_00000003.json || fail "metadata lacks the replicas"
-  expect_mpi_error 4 "trained with tp 1 pp 1 cp 1 sp 0 dp_replicate 2, not tp 2" train "${ARGS[@]}" \
-    "${common[@]}" --tp 2 --ckpt-dir cut --resume
-  echo "ok: ZeRO 3 HSDP 2 x 2 resume is bit-identical; another tensor-parallel degree is refused"
+  expect_mpi_error 4 "checkpoint step 6 was trained with B=2 T=16 and a global batch of 8 sequences, not B=2 T=16 and 16" \
+    train "${ARGS[@]}" "${common[@]}" --global-batch 16 --ckpt-dir cut --resume
+  echo "ok: ZeRO 3 HSDP 2 x 2 resume is bit-identical; another global batch is refused"
   rm -rf full cut
   kill_and_resume 2 --zero 3 --offload optimizer,params,activations --batch 2 --global-batch 8 --steps 6 \
     --bucket-mb 0.01 --ckpt-every 3

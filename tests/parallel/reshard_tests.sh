@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A checkpoint resumed over other data-parallel degrees (ranks, ZeRO stage, HSDP replicas, bucket
-# size) than it was saved with, under mpirun: reshard_tests.sh CASE LOOM COMPARE FIXTURES
+# A checkpoint resumed in another layout (ranks, tp, pp and stage placement, cp, sp, ZeRO stage,
+# HSDP replicas, bucket size) than it was saved in, under mpirun:
+# reshard_tests.sh CASE LOOM COMPARE FIXTURES
 #   dp:     2 ranks ZeRO 1 -> 1 rank ZeRO 0, -> 4 ranks ZeRO 2 with other buckets, and -> 2 ranks
 #           ZeRO 0 (there bit for bit: ZeRO 0 and 1 give the same weights)
 #   fsdp:   4 ranks ZeRO 3 HSDP 2 x 2 -> 2 ranks ZeRO 1, and -> 2 ranks ZeRO 3
 #   tp_cp:  tp 2 x dp 2 ZeRO 1 -> tp 2 alone; cp 2 x dp 2 ZeRO 2 -> cp 2 x dp 1 ZeRO 0; pp 2 x dp 2
 #           ZeRO 1 -> pp 2 alone (1F1B over 2, then 4 micro-batches)
-#   errors: another global batch, micro-batch or tp is refused with one line on every rank
+#   mesh:   the model shards change: tp 2 -> tp 4 and -> 1 rank, pp 2 -> tp 2, zb-v -> interleaved
+#           (pp 2, 2 stages a rank each), cp 2 -> pp 2
+#   errors: another global batch, micro-batch or sequence length is refused with one line
 # Each: a run of 8 steps killed after step 5 (its checkpoint 4 complete), resumed in the new
 # layout to step 8: the resharding note, then the losses of steps 5-8 and the final weights
 # within 1e-5 relative of the uninterrupted run in the old layout (as parity tests, DESIGN
@@ -62,14 +65,26 @@ tp_cp)
   reshard cp 4 --cp 2 --zero 2 --bucket-mb 0.01 -- 2 --cp 2 --zero 0
   reshard pp 4 --pp 2 --zero 1 --bucket-mb 0.01 -- 2 --pp 2 --zero 0
   ;;
+mesh)
+  # the model shards themselves change: another tp (vocabulary, column and row shards), another
+  # pp and stage placement (the tied embedding's two copies), cp and sp on and off
+  reshard tp_to4 2 --tp 2 --sp --zero 1 --bucket-mb 0.01 -- 4 --tp 4 --zero 2
+  reshard tp_to1 4 --tp 2 --zero 1 --bucket-mb 0.01 -- 1
+  reshard pp_to_tp 4 --pp 2 --zero 1 --bucket-mb 0.01 -- 4 --tp 2 --zero 1
+  # 4 stages need 4 layers: a fresh 4-layer model
+  ARGS=(--model gpt2-mini --layers 4 --heads 4 --channels 32 --max-seq 16 --vocab 200
+        --train-data "$FIX/gpt2_eval_shard.bin" --seq 16 --lr 5e-4 --warmup 2 --threads 1)
+  reshard zbv_to_interleaved 2 --pp 2 --pp-schedule zb-v -- 4 --pp 2 --pp-schedule interleaved --virtual-stages 2
+  reshard cp_to_pp 4 --cp 2 --zero 1 -- 2 --pp 2
+  ;;
 errors)
   rtrain 2 "${STEPS[@]}" --zero 1 --ckpt-dir two >/dev/null 2>&1 || fail "2-rank run"
   expect_mpi_error 1 "checkpoint step 8 was trained with B=2 T=16 and a global batch of 8 sequences, not B=2 T=16 and 4" \
     train "${ARGS[@]}" --batch 2 --global-batch 4 --steps 9 --ckpt-dir two --resume
   expect_mpi_error 2 "checkpoint step 8 was trained with B=2 T=16 and a global batch of 8 sequences, not B=1 T=16 and 8" \
     train "${ARGS[@]}" --batch 1 --global-batch 8 --steps 9 --ckpt-dir two --resume
-  expect_mpi_error 2 "checkpoint step 8 was trained with tp 1 pp 1 cp 1 sp 0 dp_replicate 1, not tp 2" \
-    train "${ARGS[@]}" --tp 2 --batch 2 --global-batch 8 --steps 9 --ckpt-dir two --resume
+  expect_mpi_error 2 "checkpoint step 8 was trained with B=2 T=16 and a global batch of 8 sequences, not B=2 T=32 and 8" \
+    train "${ARGS[@]}" --seq 32 --batch 2 --global-batch 8 --steps 9 --ckpt-dir two --resume
   ;;
 *) fail "unknown case" ;;
 esac

@@ -72,7 +72,7 @@ foreach(case parity long resume errors)
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)
 endforeach()
 # A checkpoint resumed over other data-parallel degrees: ranks, ZeRO stage, replicas, buckets
-foreach(case dp fsdp tp_cp errors)
+foreach(case dp fsdp tp_cp mesh errors)
   add_test(NAME reshard_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/reshard_tests.sh ${case} $<TARGET_FILE:loom>
                    $<TARGET_FILE:compare_models> ${CMAKE_SOURCE_DIR}/tests/fixtures)

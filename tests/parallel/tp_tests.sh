@@ -7,7 +7,7 @@
 #            the one-process run with the same global batch, and the final weights (the model
 #            file gathered from the shards) within 1e-5 relative (whole model)
 #   resume:  a tp 2 x dp 2 --sp ZeRO-1 run killed and resumed equals the uninterrupted one bit for
-#            bit; resuming on another mesh is refused with one line
+#            bit; resuming on another mesh reshards its state (reshard_tests.sh)
 #   errors:  layouts that cannot work give one error line and every rank exits non-zero, no hang
 #   sample:  sampling during a tp 2 --sp run prints the same text as `loom sample` on the saved
 #            model file in one process
@@ -41,9 +41,11 @@ resume)
   kill_and_resume 4 "${common[@]}"
   grep -q '"tp":\s*2' cut/ckpt_00000003.json && grep -q '"shard":\s*"vocab"' cut/ckpt_00000003.json ||
     fail "metadata lacks the mesh or the shard specs"
-  expect_mpi_error 4 "trained with tp 2 pp 1 cp 1 sp 1 dp_replicate 1, not tp 4" train "${ARGS[@]}" --tp 4 --sp --zero 1 --batch 2 \
-    --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-dir cut --resume
-  echo "ok: tp 2 x dp 2 --sp ZeRO-1 resume is bit-identical; another mesh is refused"
+  rtrain 4 --tp 4 --sp --zero 1 --batch 2 --global-batch 8 --steps 6 --bucket-mb 0.01 --ckpt-dir cut --resume \
+    >other.txt 2>&1 || fail "tp 4 resume: $(tail -2 other.txt)"
+  grep -q "saved over 4 ranks (tp 2 pp 1 cp 1, ZeRO 1, 2 data-parallel); its optimizer state is resharded onto 4 ranks (tp 4" \
+    other.txt || fail "another mesh: $(grep note other.txt)"
+  echo "ok: tp 2 x dp 2 --sp ZeRO-1 resume is bit-identical; another mesh reshards"
   ;;
 errors)
   expect_mpi_error 3 "splits whole heads, but the model has 4 heads" train "${ARGS[@]}" --tp 3 --batch 1 --steps 1
