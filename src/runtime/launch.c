@@ -17,8 +17,14 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop_signal; // SIGINT or SIGTERM to the launcher
+static volatile sig_atomic_t report_asked; // SIGUSR1: print where each rank is, and go on
 
-static void on_signal(int sig) { stop_signal = sig; }
+static void on_signal(int sig) {
+    if (sig == SIGUSR1)
+        report_asked = 1;
+    else
+        stop_signal = sig;
+}
 
 typedef struct {
     pid_t pid;    // the command's process, the leader of the job's session
@@ -193,6 +199,12 @@ static bool job_watch(job *j, const loom_launch_options *o, const char *dir, int
         job_reap(j);
         if (j->exited) return false;
         double now = loom_now();
+        if (report_asked) {
+            report_asked = 0;
+            fprintf(stderr, "loom launch: attempt %d, %.1f s in (SIGUSR1); where each rank is:\n", attempt,
+                    now - j->start);
+            heartbeat_report(dir, now);
+        }
         if (o->hang_timeout > 0 && now - heartbeat_latest(dir, j->start) > o->hang_timeout) {
             fprintf(stderr, "loom launch: attempt %d hung: no rank made progress for %g s (--hang-timeout); "
                             "where each rank stopped:\n", attempt, o->hang_timeout);
@@ -225,6 +237,7 @@ loom_status loom_launch_run(const loom_launch_options *o, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     loom_status s = LOOM_EIO;
     char end[128] = "";
     int attempt = 0;

@@ -8,6 +8,7 @@
 // launcher makes and names in LOOM_HEARTBEAT_DIR): when no rank has made progress (a phase of the
 // training loop, a collective issued) for hang_timeout seconds, the job counts as hung; the
 // launcher prints where every rank stopped, naming the ranks behind the others, and stops it.
+// SIGUSR1 to the launcher prints the same report of a running job and lets it go on.
 // Stopping a job: SIGTERM to the command (mpirun stops its ranks), SIGKILL to every process of
 // the job's session after `grace` seconds, then the launcher waits until they are all gone (it is
 // their subreaper), so the next attempt finds the checkpoint folder's lock free. A launcher that

@@ -49,8 +49,15 @@ hang)
   "$LOOM" launch --max-restarts 1 --hang-timeout 8 --grace 2 -- \
     mpirun -np 1 --oversubscribe "$LOOM" $(job --steps 4 --ckpt-dir "$WORK/run") : \
            -np 1 --oversubscribe env LOOM_FAULT=step:3:hang "$LOOM" $(job --steps 4 --ckpt-dir "$WORK/run") \
-    >out.txt 2>err.txt || fail "launch failed: $(tail -3 err.txt)"
+    >out.txt 2>err.txt &
+  launcher=$!
+  # SIGUSR1 while rank 1 hangs: the report, and the job goes on to the watchdog
+  for i in $(seq 100); do [ -f run/ckpt_00000002.json ] && break; sleep 0.1; done
+  sleep 2
+  kill -USR1 $launcher
+  wait $launcher || fail "launch failed: $(tail -3 err.txt)"
   grep -q "attempt 1 hung: no rank made progress for 8 s" err.txt || fail "no hang line: $(grep 'loom launch' err.txt)"
+  grep -q "attempt 1, .* s in (SIGUSR1); where each rank is:" err.txt || fail "no SIGUSR1 report: $(grep 'loom launch' err.txt)"
   grep -q "rank 0 (pid [0-9]*): step, step 4, .* collectives" err.txt || fail "rank 0's record: $(grep rank err.txt)"
   grep -q "rank 1 (pid [0-9]*): stepped, step 3, .* <- behind: the others wait for it" err.txt ||
     fail "rank 1 not named as behind: $(grep rank err.txt)"
