@@ -4,7 +4,8 @@
 # reshard_tests.sh CASE LOOM COMPARE FIXTURES
 #   dp:     2 ranks ZeRO 1 -> 1 rank ZeRO 0, -> 4 ranks ZeRO 2 with other buckets, and -> 2 ranks
 #           ZeRO 0 (there bit for bit: ZeRO 0 and 1 give the same weights)
-#   fsdp:   4 ranks ZeRO 3 HSDP 2 x 2 -> 2 ranks ZeRO 1, and -> 2 ranks ZeRO 3
+#   fsdp:   4 ranks ZeRO 3 HSDP 2 x 2 -> 2 ranks ZeRO 1, and -> 2 ranks ZeRO 3; ZeRO 3 with the
+#           optimizer and parameters offloaded -> 4 ranks ZeRO 1 with the optimizer offloaded
 #   tp_cp:  tp 2 x dp 2 ZeRO 1 -> tp 2 alone; cp 2 x dp 2 ZeRO 2 -> cp 2 x dp 1 ZeRO 0; pp 2 x dp 2
 #           ZeRO 1 -> pp 2 alone (1F1B over 2, then 4 micro-batches)
 #   mesh:   the model shards change: tp 2 -> tp 4 and -> 1 rank, pp 2 -> tp 2, zb-v -> interleaved
@@ -59,6 +60,7 @@ dp)
 fsdp)
   reshard hsdp_to_z1 4 --zero 3 --dp-replicate 2 --bucket-mb 0.01 -- 2 --zero 1 --bucket-mb 0.01
   reshard hsdp_to_z3 4 --zero 3 --dp-replicate 2 --bucket-mb 0.01 -- 2 --zero 3
+  reshard offload_to_z1 2 --zero 3 --offload optimizer,params -- 4 --zero 1 --offload optimizer
   ;;
 tp_cp)
   reshard tp 4 --tp 2 --sp --zero 1 --bucket-mb 0.01 -- 2 --tp 2 --sp --zero 1 --bucket-mb 0.01
