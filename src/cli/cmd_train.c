@@ -343,10 +343,8 @@ static loom_status train_loop(run *r, bool *report) {
         if (io == LOOM_OK) io = loom_comm_launcher_check(); // orphaned by a killed mpirun: stop
         LOOM_TRY(loom_comm_agree(r->world, io, report));
         loom_fault_point("step");
-        if (o->ckpt_dir && o->ckpt_every && t->st.step % o->ckpt_every == 0 && t->st.step < o->steps) {
-            loom_heartbeat_phase("save", t->st.step);
+        if (o->ckpt_dir && o->ckpt_every && t->st.step % o->ckpt_every == 0 && t->st.step < o->steps)
             LOOM_TRY(loom_trainer_save(t, o->ckpt_dir, report));
-        }
     }
     LOOM_TRY(validate(r, t->st.step, report));
     if (!r->val) LOOM_TRY(loom_comm_agree(r->world, redraw(r, t->st.step), report));
@@ -357,9 +355,8 @@ static loom_status train_loop(run *r, bool *report) {
     print_peak(r);
     print_pipeline(r);
     // a resume with nothing left to train: the checkpoint it resumed from holds this state (and a
-    // rewrite in another data-parallel layout, file by file, could be cut between two layouts)
+    // rewrite in another layout, file by file, could be cut between two layouts)
     if (!o->ckpt_dir || (o->resume && t->st.step == first)) return LOOM_OK;
-    loom_heartbeat_phase("save", t->st.step);
     return loom_trainer_save(t, o->ckpt_dir, report);
 }
 

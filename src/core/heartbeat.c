@@ -11,15 +11,11 @@
 
 static loom_heartbeat *hb; // this process's mapped record, NULL when off
 
-void loom_heartbeat_path(char *out, unsigned cap, const char *dir, int rank) {
-    snprintf(out, cap, "%s/rank-%d", dir, rank);
-}
-
 void loom_heartbeat_open(int rank) {
     const char *dir = getenv("LOOM_HEARTBEAT_DIR");
     if (hb || !dir || !dir[0]) return;
     char path[4096];
-    loom_heartbeat_path(path, sizeof path, dir, rank);
+    snprintf(path, sizeof path, "%s/" LOOM_HEARTBEAT_PREFIX "%d", dir, rank);
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     void *p = MAP_FAILED;
     if (fd >= 0 && ftruncate(fd, sizeof(loom_heartbeat)) == 0)

@@ -1,16 +1,18 @@
 // A rank's progress, shared with `loom launch` for its watchdog and hang diagnosis. With
 // LOOM_HEARTBEAT_DIR in the environment (the launcher sets it to a folder of its own), each
-// process maps DIR/rank-<R> (one loom_heartbeat record, MAP_SHARED) and stores into it as it goes:
-// the training loop's phase and step, and every collective it issues (in src/comm's entry
-// points). A store is a few memory writes, no system call, so it costs nothing beside a step.
-// The launcher maps the same files: when no rank has stored anything for --hang-timeout seconds
-// the job counts as hung, and the records say where each rank stopped (the one with the fewest
-// collectives issued is the one the others wait for), as PyTorch's NCCL flight recorder does
-// with its per-rank collective sequence numbers. Without the variable every call is a no-op.
+// process maps DIR/rank-<R> (LOOM_HEARTBEAT_PREFIX; one loom_heartbeat record, MAP_SHARED) and
+// stores into it as it goes: the training loop's phase and step, and every collective it issues
+// (in src/comm's entry points). A store is a few memory writes, no system call, so it costs
+// nothing beside a step. The launcher reads the same files: when no rank has stored anything for
+// --hang-timeout seconds the job counts as hung, and the records say where each rank stopped (a
+// rank at an earlier step, or with fewer collectives issued, is one the others wait for), as
+// PyTorch's NCCL flight recorder does with its per-rank collective sequence numbers. Without the
+// variable every call is a no-op.
 #pragma once
 #include <stdint.h>
 
 #define LOOM_HEARTBEAT_MAGIC 0x6c6f6f6d68625631ull // "loomhbV1"
+#define LOOM_HEARTBEAT_PREFIX "rank-"              // a record's file name: the prefix, then the rank
 
 typedef struct {
     uint64_t magic;       // LOOM_HEARTBEAT_MAGIC once the record is filled
@@ -30,5 +32,3 @@ void loom_heartbeat_open(int rank);
 void loom_heartbeat_phase(const char *phase, int64_t step);
 // Counts one collective or point-to-point operation `op` issued by this process.
 void loom_heartbeat_collective(const char *op);
-// The record path of rank `rank` under dir, into out (cap bytes).
-void loom_heartbeat_path(char *out, unsigned cap, const char *dir, int rank);

@@ -60,8 +60,8 @@ loom_status loom_dp_plan(const loom_param_table *table, int W, bool replicas, lo
 
 // What loom_dp_slices and loom_dp_state_elements give shard rank R of W under ZeRO `zero` with
 // buckets of bucket_len elements (loom_dp_bucket_elements: ZeRO 0-2), into a malloc'ed *slices:
-// the layout of another run's optimizer state, for a checkpoint resumed over other data-parallel
-// degrees (train/reshard.c). Errors: as loom_dp_create's argument checks.
+// the layout of another run's optimizer state, for a checkpoint resumed in another layout
+// (train/reshard.c). Errors: as loom_dp_create's argument checks.
 loom_status loom_dp_layout(const loom_param_table *table, int W, int R, int zero, int64_t bucket_len,
                            loom_param_slice **slices, int *nslices, int64_t *state_elements);
 // The slices of the flat buffers this rank's optimizer updates (zero 0: all of it; zero 1/2 its

@@ -118,29 +118,43 @@ static void job_stop(job *j, double grace) {
     }
 }
 
-// The heartbeat records in dir (rank-* files), into a malloc'ed array of *n.
-static loom_heartbeat *heartbeat_read(const char *dir, int *n) {
-    *n = 0;
-    loom_heartbeat *all = NULL;
+// Calls fn(path, ctx) for each heartbeat record file in dir.
+static void each_record(const char *dir, void (*fn)(const char *path, void *ctx), void *ctx) {
     DIR *d = opendir(dir);
-    if (!d) return NULL;
-    int cap = 0;
+    if (!d) return;
+    size_t prefix = strlen(LOOM_HEARTBEAT_PREFIX);
     for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, "rank-", 5) != 0) continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        loom_heartbeat h;
-        bool ok = fd >= 0 && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && h.magic == LOOM_HEARTBEAT_MAGIC;
-        if (fd >= 0) close(fd);
-        if (!ok) continue;
-        if (*n == cap) all = realloc(all, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *all);
-        LOOM_CHECK(all);
-        h.phase[15] = h.op[15] = '\0';
-        all[(*n)++] = h;
+        if (strncmp(e->d_name, LOOM_HEARTBEAT_PREFIX, prefix) == 0) fn(path, ctx);
     }
     closedir(d);
-    return all;
+}
+
+typedef struct {
+    loom_heartbeat *all;
+    int n, cap;
+} records;
+
+static void read_record(const char *path, void *ctx) {
+    records *r = ctx;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    loom_heartbeat h;
+    bool ok = fd >= 0 && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && h.magic == LOOM_HEARTBEAT_MAGIC;
+    if (fd >= 0) close(fd);
+    if (!ok) return;
+    if (r->n == r->cap) r->all = realloc(r->all, (size_t)(r->cap = r->cap ? 2 * r->cap : 16) * sizeof *r->all);
+    LOOM_CHECK(r->all);
+    h.phase[15] = h.op[15] = '\0';
+    r->all[r->n++] = h;
+}
+
+// The heartbeat records in dir, into a malloc'ed array of *n.
+static loom_heartbeat *heartbeat_read(const char *dir, int *n) {
+    records r = {0};
+    each_record(dir, read_record, &r);
+    *n = r.n;
+    return r.all;
 }
 
 // The latest progress of any rank (loom_now() seconds), or `since` when none is later.
@@ -180,17 +194,13 @@ static void heartbeat_report(const char *dir, double now) {
     free(all);
 }
 
-// Empties dir of the last attempt's records.
-static void heartbeat_clear(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (strncmp(e->d_name, "rank-", 5) == 0) unlink(path);
-    }
-    closedir(d);
+static void remove_record(const char *path, void *ctx) {
+    (void)ctx;
+    unlink(path);
 }
+
+// Empties dir of the last attempt's records.
+static void heartbeat_clear(const char *dir) { each_record(dir, remove_record, NULL); }
 
 // Waits until the command exits, a signal comes, or (hang_timeout > 0) no rank has made progress
 // for hang_timeout seconds; true on a hang, after printing where the ranks stopped.

@@ -16,13 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The checkpoint's model shards are this run's: the same tp, pp and stage placement.
+static bool same_model_shards(const loom_trainer *t) {
+    const loom_train_state *st = &t->st;
+    int V = t->schedule ? t->schedule->V : 1, v_shape = t->schedule && t->schedule->v_shape;
+    return st->tp == t->cfg.tp && st->pp == t->cfg.pp && st->virtual_stages == V && st->v_shape == v_shape;
+}
+
 bool loom_train_reshards(const loom_trainer *t) {
     const loom_train_state *st = &t->st;
     const loom_train_config *c = &t->cfg;
-    int V = t->schedule ? t->schedule->V : 1, v_shape = t->schedule && t->schedule->v_shape;
-    return st->world_size != t->mesh->world_size || st->zero != c->zero || st->tp != c->tp || st->pp != c->pp ||
+    return !same_model_shards(t) || st->world_size != t->mesh->world_size || st->zero != c->zero ||
            st->cp != c->cp || st->sp != (int)c->sp || st->dp_replicate != t->mesh->size[LOOM_AXIS_DP_REPLICATE] ||
-           st->virtual_stages != V || st->v_shape != v_shape || st->bucket_elements != loom_dp_bucket_elements(t->dp);
+           st->bucket_elements != loom_dp_bucket_elements(t->dp);
 }
 
 // The state's three buffers: m, v and the master weights (NULL when not kept).
@@ -94,8 +100,7 @@ loom_status loom_train_load_resharded(const loom_trainer *t, float *m, float *v,
     const loom_train_state *st = &t->st;
     const loom_gpt2 *model = t->model;
     int pp = t->mesh->coord[LOOM_AXIS_PP], tp = t->mesh->coord[LOOM_AXIS_TP];
-    int V = t->schedule ? t->schedule->V : 1, v_shape = t->schedule && t->schedule->v_shape;
-    bool same_shards = st->tp == t->cfg.tp && st->pp == t->cfg.pp && st->virtual_stages == V && st->v_shape == v_shape;
+    bool same_shards = same_model_shards(t);
     state3 file = state_alloc(model->table.file_elements, master != NULL);
     loom_status s = LOOM_OK;
     *has_master = master != NULL;

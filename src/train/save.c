@@ -1,4 +1,5 @@
 // A trainer's checkpoints; see trainer.h and ckpt/checkpoint.h.
+#include "core/heartbeat.h"
 #include "core/log.h"
 #include "train/trainer_internal.h"
 
@@ -116,6 +117,7 @@ static loom_status check_finite(const loom_trainer *t, const float *flat) {
 
 loom_status loom_trainer_save(loom_trainer *t, const char *dir, bool *report) {
     const loom_gpt2 *m = t->model;
+    loom_heartbeat_phase("save", t->st.step); // loom launch's watchdog: where each rank is
     float *flat = loom_xmalloc((size_t)m->num_elements * sizeof(float)); // ZeRO 3: gathered unit by unit
     loom_status s = t->fsdp ? loom_fsdp_gather_params(t->fsdp, flat) : loom_dp_wait_params(t->dp);
     if (!t->fsdp) loom_gpt2_download(m, m->params, flat);

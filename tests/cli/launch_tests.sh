@@ -20,6 +20,21 @@ same_files() {
   done
 }
 
+# wait_ckpt2 DIR LOG: until DIR's checkpoint 2 is complete (20 s at most; else the LOG's tail)
+wait_ckpt2() {
+  for i in $(seq 200); do [ -f "$1/ckpt_00000002.json" ] && return 0; sleep 0.1; done
+  fail "no checkpoint 2 in $1 within 20 s: $(tail -3 "$2")"
+}
+
+# long_job NAME: `loom launch` of a 2-rank job without end into NAME/ (stdout NAME.out, stderr
+# NAME.err) in the background, its pid in $launcher; returns once its checkpoint 2 is complete
+long_job() {
+  "$LOOM" launch -- mpirun -np 2 --oversubscribe "$LOOM" $(job --steps 1000000 --ckpt-dir "$WORK/$1") \
+    >"$1.out" 2>"$1.err" &
+  launcher=$!
+  wait_ckpt2 "$1" "$1.err"
+}
+
 # no process of the job left (its folder is on every rank's command line)
 none_left() {
   if pids=$(pgrep -f -- "--ckpt-dir $WORK/$1"); then kill -9 $pids; fail "job processes left running: $pids"; fi
@@ -52,7 +67,7 @@ hang)
     >out.txt 2>err.txt &
   launcher=$!
   # SIGUSR1 while rank 1 hangs: the report, and the job goes on to the watchdog
-  for i in $(seq 100); do [ -f run/ckpt_00000002.json ] && break; sleep 0.1; done
+  wait_ckpt2 run err.txt
   sleep 2
   kill -USR1 $launcher
   wait $launcher || fail "launch failed: $(tail -3 err.txt)"
@@ -70,25 +85,17 @@ hang)
 
 stop)
   # SIGTERM to the launcher stops the job (no restart), leaves no process and frees the folder
-  "$LOOM" launch -- mpirun -np 2 --oversubscribe "$LOOM" $(job --steps 1000000 --ckpt-dir "$WORK/run") \
-    >out.txt 2>err.txt &
-  launcher=$!
-  for i in $(seq 200); do [ -f run/ckpt_00000002.json ] && break; sleep 0.1; done
-  [ -f run/ckpt_00000002.json ] || fail "no checkpoint within 20 s: $(tail -3 err.txt)"
+  long_job run
   kill -TERM $launcher
   wait $launcher && fail "the stopped launcher exited 0"
-  grep -q "loom: error: loom launch was stopped by signal 15 (Terminated), and stopped the job" err.txt ||
-    fail "$(tail -2 err.txt)"
-  grep -q "restarting" err.txt && fail "restarted after SIGTERM"
+  grep -q "loom: error: loom launch was stopped by signal 15 (Terminated), and stopped the job" run.err ||
+    fail "$(tail -2 run.err)"
+  grep -q "restarting" run.err && fail "restarted after SIGTERM"
   none_left run
   mpi "$LOOM" $(job --steps 1 --ckpt-dir "$WORK/run") >again.txt 2>&1 || fail "folder still locked: $(tail -2 again.txt)"
   # a launcher killed by SIGKILL: its command gets SIGTERM (the parent-death signal) and mpirun
   # stops the ranks
-  "$LOOM" launch -- mpirun -np 2 --oversubscribe "$LOOM" $(job --steps 1000000 --ckpt-dir "$WORK/run9") \
-    >out9.txt 2>err9.txt &
-  launcher=$!
-  for i in $(seq 200); do [ -f run9/ckpt_00000002.json ] && break; sleep 0.1; done
-  [ -f run9/ckpt_00000002.json ] || fail "no checkpoint within 20 s: $(tail -3 err9.txt)"
+  long_job run9
   kill -KILL $launcher
   for i in $(seq 100); do pgrep -f -- "--ckpt-dir $WORK/run9" >/dev/null || break; sleep 0.2; done
   none_left run9
